@@ -1,0 +1,144 @@
+import {
+  CheckViolation,
+  CommitOutcomeUnknown,
+  ConnectionLost,
+  type DatabaseFailure,
+  DbError,
+  DeadlockDetected,
+  type DriverErrorFields,
+  ExclusionViolation,
+  ForeignKeyViolation,
+  LockNotAvailable,
+  NotNullViolation,
+  PoolExhausted,
+  SerializationFailure,
+  StatementTimeout,
+  TxKitError,
+  UniqueViolation,
+} from './errors.js';
+import { sqlState } from './sqlstate.js';
+
+/** Socket-level error codes (Node's `error.code`) that mean the connection is gone. */
+const SOCKET_CODES = new Set([
+  'ECONNRESET',
+  'ECONNREFUSED',
+  'EPIPE',
+  'ETIMEDOUT',
+  'ENOTCONN',
+  'ECONNABORTED',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+]);
+
+/** Messages node-postgres uses for a connection that broke or was closed (it sets no code on them). */
+const CONNECTION_MESSAGES = [
+  'Connection terminated',
+  'connection terminated',
+  'Client has encountered a connection error and is not queryable',
+  'Client was closed and is not queryable',
+  'Query read timeout',
+  'terminating connection',
+];
+
+function fieldsOf(error: object): DriverErrorFields {
+  const e = error as Record<string, unknown>;
+  const str = (v: unknown) => (typeof v === 'string' ? v : undefined);
+  return {
+    code: str(e.code),
+    detail: str(e.detail),
+    constraint: str(e.constraint),
+    table: str(e.table),
+    schema: str(e.schema),
+    column: str(e.column),
+    message: str(e.message),
+  };
+}
+
+/** Does this error mean the connection is gone (socket error, terminated, closed)? */
+export function isConnectionError(error: unknown): boolean {
+  if (typeof error !== 'object' || error === null) return false;
+  const { code, message } = fieldsOf(error);
+  if (code !== undefined && SOCKET_CODES.has(code)) return true;
+  if (code !== undefined && sqlState(code)?.kind === 'ConnectionLost') return true;
+  return message !== undefined && CONNECTION_MESSAGES.some((m) => message.includes(m));
+}
+
+/**
+ * Maps an error thrown by node-postgres (or pg-pool) to pg-txkit's taxonomy.
+ *
+ * Returns `undefined` for anything that is not a database or connection failure: a TypeError, a
+ * bug in the caller's code. Such errors are defects and must propagate unchanged. A value that is
+ * already a {@link TxKitError} of a database kind is returned as is.
+ *
+ * @example
+ * try {
+ *   await pool.query('INSERT INTO users (email) VALUES ($1)', [email]);
+ * } catch (e) {
+ *   const failure = classify(e);
+ *   if (failure?.kind === 'UniqueViolation') console.log(failure.constraint); // users_email_key
+ * }
+ */
+export function classify(error: unknown): DatabaseFailure | undefined {
+  if (error instanceof TxKitError) return isDatabaseFailure(error) ? error : undefined;
+  if (typeof error !== 'object' || error === null) return undefined;
+  const fields = fieldsOf(error);
+  const entry = sqlState(fields.code);
+  if (entry) {
+    switch (entry.kind) {
+      case 'UniqueViolation':
+        return new UniqueViolation(fields, error);
+      case 'ExclusionViolation':
+        return new ExclusionViolation(fields, error);
+      case 'ForeignKeyViolation':
+        return new ForeignKeyViolation(fields, error);
+      case 'CheckViolation':
+        return new CheckViolation(fields, error);
+      case 'NotNullViolation':
+        return new NotNullViolation(fields, error);
+      case 'SerializationFailure':
+        return new SerializationFailure(error);
+      case 'DeadlockDetected':
+        return new DeadlockDetected(error);
+      case 'LockNotAvailable':
+        return new LockNotAvailable(error);
+      case 'StatementTimeout':
+        return new StatementTimeout(
+          /statement timeout/i.test(fields.message ?? '') ? 'timeout' : 'cancel',
+          error,
+        );
+      case 'CommitOutcomeUnknown':
+        return new CommitOutcomeUnknown(error);
+      case 'ConnectionLost':
+        return new ConnectionLost(fields.code, error);
+    }
+  }
+  if (fields.message?.includes('timeout exceeded when trying to connect')) {
+    return new PoolExhausted('timed out waiting for a client from the pool', error);
+  }
+  if (isConnectionError(error)) return new ConnectionLost(fields.code, error);
+  // A server error (it has a 5-character SQLSTATE) that has no special meaning.
+  if (fields.code !== undefined && /^[0-9A-Z]{5}$/.test(fields.code) && 'severity' in error) {
+    return new DbError(fields.code, fields.message ?? 'unknown error', error);
+  }
+  return undefined;
+}
+
+const DATABASE_KINDS: ReadonlySet<string> = new Set([
+  'UniqueViolation',
+  'ExclusionViolation',
+  'ForeignKeyViolation',
+  'CheckViolation',
+  'NotNullViolation',
+  'SerializationFailure',
+  'DeadlockDetected',
+  'LockNotAvailable',
+  'StatementTimeout',
+  'ConnectionLost',
+  'CommitOutcomeUnknown',
+  'PoolExhausted',
+  'DbError',
+] satisfies DatabaseFailure['kind'][]);
+
+function isDatabaseFailure(error: TxKitError): error is DatabaseFailure {
+  return DATABASE_KINDS.has(error.kind);
+}

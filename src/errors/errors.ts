@@ -1,0 +1,432 @@
+/**
+ * The error taxonomy: one class per failure kind, each with a literal `kind`, typed fields, a fixed
+ * message and the driver error (if any) as `cause`. Expected failures travel as values (neverthrow
+ * `Err`); `doOrThrow` throws the same objects.
+ *
+ * @example
+ * const result = await tm.do((tx) => tx.query('INSERT INTO users (email) VALUES ($1)', [email]));
+ * if (result.isErr() && result.error.kind === 'UniqueViolation') console.log(result.error.constraint);
+ */
+export abstract class TxKitError extends Error {
+  /** The failure kind, a string literal per class: switch on it. */
+  abstract readonly kind: string;
+  constructor(message: string, cause?: unknown) {
+    super(message, cause === undefined ? undefined : { cause });
+  }
+  override get name(): string {
+    return this.kind;
+  }
+}
+
+/** The parts of a PostgreSQL error (pg's `DatabaseError`) that the taxonomy keeps. */
+export interface DriverErrorFields {
+  readonly code?: string | undefined;
+  readonly detail?: string | undefined;
+  readonly constraint?: string | undefined;
+  readonly table?: string | undefined;
+  readonly schema?: string | undefined;
+  readonly column?: string | undefined;
+  readonly message?: string | undefined;
+}
+
+/** Fields shared by the integrity-constraint errors. */
+export interface ConstraintFields {
+  /** Constraint name (`users_email_key`), when the server reports it. */
+  readonly constraint: string | undefined;
+  /** Table name, when the server reports it. */
+  readonly table: string | undefined;
+  /** Schema name, when the server reports it. */
+  readonly schema: string | undefined;
+  /** Columns named in the server's detail (`Key (email)=(…)`) or its column field. */
+  readonly columns: readonly string[];
+  /** The server's DETAIL line (may contain the offending values: do not show it to end users). */
+  readonly detail: string | undefined;
+}
+
+/** Extracts the column list of a `Key (a, b)=(…)` detail line. */
+export function columnsFromDetail(detail: string | undefined, column?: string): string[] {
+  if (column) return [column];
+  if (!detail) return [];
+  const match = /Key \((.+?)\)=\(/.exec(detail);
+  if (!match?.[1]) return [];
+  return match[1].split(',').map((c) => c.trim().replace(/^"(.*)"$/, '$1'));
+}
+
+function constraintFields(driver: DriverErrorFields): ConstraintFields {
+  return {
+    constraint: driver.constraint,
+    table: driver.table,
+    schema: driver.schema,
+    columns: columnsFromDetail(driver.detail, driver.column),
+    detail: driver.detail,
+  };
+}
+
+function on(fields: ConstraintFields): string {
+  const c = fields.constraint ? ` "${fields.constraint}"` : '';
+  const t = fields.table ? ` on table "${fields.table}"` : '';
+  return `${c}${t}`;
+}
+
+abstract class ConstraintError extends TxKitError implements ConstraintFields {
+  readonly constraint: string | undefined;
+  readonly table: string | undefined;
+  readonly schema: string | undefined;
+  readonly columns: readonly string[];
+  readonly detail: string | undefined;
+  constructor(what: string, driver: DriverErrorFields, cause?: unknown) {
+    const fields = constraintFields(driver);
+    super(`${what}${on(fields)}`, cause ?? driver);
+    this.constraint = fields.constraint;
+    this.table = fields.table;
+    this.schema = fields.schema;
+    this.columns = fields.columns;
+    this.detail = fields.detail;
+  }
+}
+
+/** 23505: a unique index or constraint refused a duplicate. Not retried. */
+export class UniqueViolation extends ConstraintError {
+  readonly kind = 'UniqueViolation' as const;
+  constructor(driver: DriverErrorFields, cause?: unknown) {
+    super('unique constraint violated', driver, cause);
+  }
+}
+
+/** 23P01: an EXCLUDE constraint refused an overlapping row (bookings). Not retried. */
+export class ExclusionViolation extends ConstraintError {
+  readonly kind = 'ExclusionViolation' as const;
+  constructor(driver: DriverErrorFields, cause?: unknown) {
+    super('exclusion constraint violated', driver, cause);
+  }
+}
+
+/** 23503: a foreign key refused the row. Not retried. */
+export class ForeignKeyViolation extends ConstraintError {
+  readonly kind = 'ForeignKeyViolation' as const;
+  constructor(driver: DriverErrorFields, cause?: unknown) {
+    super('foreign key constraint violated', driver, cause);
+  }
+}
+
+/** 23514: a CHECK constraint refused the row. Not retried. */
+export class CheckViolation extends ConstraintError {
+  readonly kind = 'CheckViolation' as const;
+  constructor(driver: DriverErrorFields, cause?: unknown) {
+    super('check constraint violated', driver, cause);
+  }
+}
+
+/** 23502: a NOT NULL column got a null. Not retried. */
+export class NotNullViolation extends ConstraintError {
+  readonly kind = 'NotNullViolation' as const;
+  constructor(driver: DriverErrorFields, cause?: unknown) {
+    super('not-null constraint violated', driver, cause);
+  }
+}
+
+/** 40001: a concurrent transaction changed what this one read (repeatable read / serializable). Retried. */
+export class SerializationFailure extends TxKitError {
+  readonly kind = 'SerializationFailure' as const;
+  readonly code = '40001' as const;
+  constructor(cause?: unknown) {
+    super('could not serialize access due to a concurrent transaction', cause);
+  }
+}
+
+/** 40P01: this transaction was the victim of a deadlock. Retried. */
+export class DeadlockDetected extends TxKitError {
+  readonly kind = 'DeadlockDetected' as const;
+  readonly code = '40P01' as const;
+  constructor(cause?: unknown) {
+    super('deadlock detected; this transaction was chosen as the victim', cause);
+  }
+}
+
+/** 55P03: NOWAIT met a held lock, or lock_timeout expired while waiting for one. Retried by default. */
+export class LockNotAvailable extends TxKitError {
+  readonly kind = 'LockNotAvailable' as const;
+  readonly code = '55P03' as const;
+  constructor(cause?: unknown) {
+    super('lock not available (NOWAIT or lock_timeout)', cause);
+  }
+}
+
+/** 57014: statement_timeout expired, or the statement was cancelled (`reason` says which). Not retried. */
+export class StatementTimeout extends TxKitError {
+  readonly kind = 'StatementTimeout' as const;
+  readonly code = '57014' as const;
+  /** 'timeout' for statement_timeout, 'cancel' for pg_cancel_backend or a client-side cancel. */
+  readonly reason: 'timeout' | 'cancel';
+  constructor(reason: 'timeout' | 'cancel', cause?: unknown) {
+    super(reason === 'timeout' ? 'statement timeout expired' : 'statement cancelled', cause);
+    this.reason = reason;
+  }
+}
+
+/**
+ * The connection broke (network cut, backend terminated, server restart) before COMMIT was sent: the
+ * server rolled the transaction back. Retried on a new connection.
+ */
+export class ConnectionLost extends TxKitError {
+  readonly kind = 'ConnectionLost' as const;
+  /** SQLSTATE when the server said why (57P01 …), else undefined (socket error). */
+  readonly code: string | undefined;
+  constructor(code: string | undefined, cause?: unknown) {
+    super('connection to the database was lost', cause);
+    this.code = code;
+  }
+}
+
+/**
+ * The connection broke while COMMIT was in flight (or the server answered 40003): the transaction may
+ * or may not have committed. Never retried blindly: make the work idempotent, then check.
+ */
+export class CommitOutcomeUnknown extends TxKitError {
+  readonly kind = 'CommitOutcomeUnknown' as const;
+  constructor(cause?: unknown) {
+    super('the connection was lost during COMMIT; the transaction may or may not have committed', cause);
+  }
+}
+
+/** One failed attempt of a retried transaction. */
+export interface AttemptRecord {
+  /** 1-based attempt number. */
+  readonly attempt: number;
+  /** The error kind of that attempt. */
+  readonly kind: string;
+  /** Its SQLSTATE, when there was one. */
+  readonly code: string | undefined;
+  /** The delay slept before the next attempt (0 for the last one). */
+  readonly delayMs: number;
+}
+
+/** Every allowed attempt failed with a retryable error (or the deadline/abort stopped the retries). */
+export class RetriesExhausted extends TxKitError {
+  readonly kind = 'RetriesExhausted' as const;
+  /** How many attempts ran. */
+  readonly attempts: number;
+  /** One record per failed attempt, oldest first. */
+  readonly history: readonly AttemptRecord[];
+  /** The last attempt's error. */
+  readonly last: TxKitError;
+  constructor(
+    attempts: number,
+    history: readonly AttemptRecord[],
+    last: TxKitError,
+    why = 'attempts used up',
+  ) {
+    super(`transaction failed after ${attempts} attempt(s) (${why}); last error: ${last.kind}`, last);
+    this.attempts = attempts;
+    this.history = history;
+    this.last = last;
+  }
+}
+
+/** One problem found in options or input (zod's issue shape, reduced to what callers need). */
+export interface OptionIssue {
+  /** Path of the offending field (`['lockTimeout']`). */
+  readonly path: readonly PropertyKey[];
+  /** What is wrong with it. */
+  readonly message: string;
+  /** zod's issue code, when the issue came from zod. */
+  readonly code?: string;
+}
+
+/** Options or input were invalid. Returned before any SQL was sent. */
+export class InvalidOptions extends TxKitError {
+  readonly kind = 'InvalidOptions' as const;
+  /** Every problem found. */
+  readonly issues: readonly OptionIssue[];
+  constructor(issues: readonly OptionIssue[], cause?: unknown) {
+    super(
+      `invalid options: ${issues.map((i) => `${i.path.map(String).join('.') || '(input)'}: ${i.message}`).join('; ')}`,
+      cause,
+    );
+    this.issues = issues;
+  }
+}
+
+/** A conditional UPDATE matched 0 rows: its WHERE no longer holds (seat taken, stock short, stale version). */
+export class ConditionFailed extends TxKitError {
+  readonly kind = 'ConditionFailed' as const;
+  /** Rows the statement changed (0, or fewer than expected). */
+  readonly rowCount: number;
+  constructor(rowCount = 0) {
+    super(`the condition no longer holds (${rowCount} row(s) updated)`);
+    this.rowCount = rowCount;
+  }
+}
+
+/** The row (or rows) asked for do not exist. */
+export class NotFound extends TxKitError {
+  readonly kind = 'NotFound' as const;
+  /** The table searched, when known. */
+  readonly table: string | undefined;
+  /** The ids that were not found. */
+  readonly ids: readonly unknown[];
+  constructor(table?: string, ids: readonly unknown[] = []) {
+    super(`not found${table ? ` in "${table}"` : ''}${ids.length ? `: ${ids.map(String).join(', ')}` : ''}`);
+    this.table = table;
+    this.ids = ids;
+  }
+}
+
+/** A try-lock found the lock held by someone else; the protected function was not called. */
+export class LockBusy extends TxKitError {
+  readonly kind = 'LockBusy' as const;
+  /** The key(s) that were busy, as decimal strings. */
+  readonly keys: readonly string[];
+  constructor(keys: readonly string[]) {
+    super(`lock is held by another session: ${keys.join(', ')}`);
+    this.keys = keys;
+  }
+}
+
+/**
+ * A queue job's lease token no longer matches (the lease expired and the job was re-queued or taken by
+ * another worker), or a session lock's connection died. Nothing was changed.
+ */
+export class LeaseLost extends TxKitError {
+  readonly kind = 'LeaseLost' as const;
+  /** The job id or lock key whose lease was lost. */
+  readonly id: string;
+  constructor(id: string, cause?: unknown) {
+    super(`lease lost for ${id}`, cause);
+    this.id = id;
+  }
+}
+
+/** An operation that only makes sense inside a transaction (row locks, `mandatory`) ran outside one. */
+export class NotInTransaction extends TxKitError {
+  readonly kind = 'NotInTransaction' as const;
+  /** What was attempted. */
+  readonly operation: string;
+  constructor(operation: string) {
+    super(`${operation} needs a transaction (in autocommit its locks would end with the statement)`);
+    this.operation = operation;
+  }
+}
+
+/** No client could be checked out of the pool in time (e.g. requiresNew with every client in use). */
+export class PoolExhausted extends TxKitError {
+  readonly kind = 'PoolExhausted' as const;
+  constructor(detail: string, cause?: unknown) {
+    super(`no database client available: ${detail}`, cause);
+  }
+}
+
+/** A booking overlaps an existing one (EXCLUDE constraint). `conflicting` is the booking in the way. */
+export class Overlap<Row = Record<string, unknown>> extends TxKitError {
+  readonly kind = 'Overlap' as const;
+  /** The existing booking(s) that overlap the requested range (empty if it could not be read). */
+  readonly conflicting: readonly Row[];
+  /** The constraint that refused it. */
+  readonly constraint: string | undefined;
+  constructor(conflicting: readonly Row[], constraint: string | undefined, cause?: unknown) {
+    super(`the range overlaps ${conflicting.length || 'an'} existing booking(s)`, cause);
+    this.conflicting = conflicting;
+    this.constraint = constraint;
+  }
+}
+
+/** An idempotency key (or single-run) is being processed by another caller right now. */
+export class InProgress extends TxKitError {
+  readonly kind = 'InProgress' as const;
+  /** The key in progress. */
+  readonly key: string;
+  constructor(key: string) {
+    super(`work for key "${key}" is in progress elsewhere`);
+    this.key = key;
+  }
+}
+
+/** An idempotency key was reused with a different request. */
+export class IdempotencyConflict extends TxKitError {
+  readonly kind = 'IdempotencyConflict' as const;
+  /** The reused key. */
+  readonly key: string;
+  constructor(key: string) {
+    super(`idempotency key "${key}" was already used for a different request`);
+    this.key = key;
+  }
+}
+
+/** The work for this key already ran to success; `result` is what it returned then. */
+export class AlreadyDone<R = unknown> extends TxKitError {
+  readonly kind = 'AlreadyDone' as const;
+  /** The stored result of the successful run. */
+  readonly result: R;
+  /** When it completed, if known. */
+  readonly completedAt: Date | undefined;
+  constructor(result: R, completedAt?: Date) {
+    super('this work has already been done');
+    this.result = result;
+    this.completedAt = completedAt;
+  }
+}
+
+/** A queue task name that was not registered, or a payload its schema refuses. */
+export class UnknownTask extends TxKitError {
+  readonly kind = 'UnknownTask' as const;
+  /** The task name given. */
+  readonly task: string;
+  constructor(task: string) {
+    super(`unknown task "${task}"`);
+    this.task = task;
+  }
+}
+
+/** Any other database error, with its SQLSTATE. Not retried. */
+export class DbError extends TxKitError {
+  readonly kind = 'DbError' as const;
+  /** SQLSTATE of the error (e.g. 42P01), or undefined when the driver gave none. */
+  readonly code: string | undefined;
+  constructor(code: string | undefined, message: string, cause?: unknown) {
+    super(`database error${code ? ` ${code}` : ''}: ${message}`, cause);
+    this.code = code;
+  }
+}
+
+/** Every error kind pg-txkit produces for a database failure (what {@link classify} returns). */
+export type DatabaseFailure =
+  | UniqueViolation
+  | ExclusionViolation
+  | ForeignKeyViolation
+  | CheckViolation
+  | NotNullViolation
+  | SerializationFailure
+  | DeadlockDetected
+  | LockNotAvailable
+  | StatementTimeout
+  | ConnectionLost
+  | CommitOutcomeUnknown
+  | PoolExhausted
+  | DbError;
+
+/** The errors `TxManager.do` itself can return (besides the callback's own `Err` values). */
+export type TxError = DatabaseFailure | RetriesExhausted | InvalidOptions | NotInTransaction;
+
+/** Every kind name. */
+export type TxKitErrorKind =
+  | DatabaseFailure['kind']
+  | RetriesExhausted['kind']
+  | InvalidOptions['kind']
+  | NotInTransaction['kind']
+  | ConditionFailed['kind']
+  | NotFound['kind']
+  | LockBusy['kind']
+  | LeaseLost['kind']
+  | Overlap['kind']
+  | InProgress['kind']
+  | IdempotencyConflict['kind']
+  | AlreadyDone['kind']
+  | UnknownTask['kind'];
+
+/** Is this value one of pg-txkit's errors? (Optionally of a given kind.) */
+export function isTxKitError<K extends TxKitErrorKind>(
+  value: unknown,
+  kind?: K,
+): value is TxKitError & { kind: K } {
+  return value instanceof TxKitError && (kind === undefined || value.kind === kind);
+}

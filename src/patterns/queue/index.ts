@@ -1,0 +1,2 @@
+// Public surface of this module (re-exports only).
+export {};

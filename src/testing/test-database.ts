@@ -1,0 +1,131 @@
+import { randomBytes } from 'node:crypto';
+import pg from 'pg';
+
+/** A database made for one test file. */
+export interface TestDatabase {
+  /** Connection string of the new database (same user and server as the admin URL). */
+  readonly url: string;
+  /** Its name. */
+  readonly name: string;
+  /** Drops it, cutting any connection still open to it. Idempotent. */
+  drop(): Promise<void>;
+}
+
+/** Options of {@link createTestDatabase}. */
+export interface CreateTestDatabaseOptions {
+  /** Template to clone; created on first use with {@link TEMPLATE_EXTENSIONS}. Default `pg_txkit_template`. */
+  readonly template?: string;
+  /** Prefix of the new database's name. Default `t`. */
+  readonly prefix?: string;
+}
+
+/** Extensions installed in the template, so every test database has them. */
+export const TEMPLATE_EXTENSIONS = ['btree_gist'] as const;
+
+const DEFAULT_TEMPLATE = 'pg_txkit_template';
+/** A fixed advisory key for template creation (a constant: stable across processes and versions). */
+const TEMPLATE_LOCK_KEY = '7309452155212718131';
+const NAME = /^[a-z_][a-z0-9_]{0,40}$/;
+
+/** Replaces the database of a connection string. */
+export function withDatabase(url: string, database: string): string {
+  const parsed = new URL(url);
+  parsed.pathname = `/${encodeURIComponent(database)}`;
+  return parsed.toString();
+}
+
+async function withClient<T>(url: string, fn: (client: pg.Client) => Promise<T>): Promise<T> {
+  const client = new pg.Client({ connectionString: url, application_name: 'pg-txkit-testing' });
+  client.on('error', () => {});
+  await client.connect();
+  try {
+    return await fn(client);
+  } finally {
+    await client.end().catch(() => {});
+  }
+}
+
+/**
+ * Creates the template database (once; safe when several processes race) with the extensions of
+ * {@link TEMPLATE_EXTENSIONS}. Called by {@link createTestDatabase}; call it yourself in a global
+ * setup to pay the cost once.
+ *
+ * @example
+ * await ensureTemplate(server.url);
+ */
+export async function ensureTemplate(adminUrl: string, template: string = DEFAULT_TEMPLATE): Promise<void> {
+  if (!NAME.test(template)) throw new TypeError(`invalid template name: ${template}`);
+  await withClient(adminUrl, async (client) => {
+    // Session advisory lock on this one dedicated client (lock and unlock on the same connection):
+    // serializes template creation between processes; released by the unlock or by disconnect.
+    await client.query('SELECT pg_advisory_lock($1::bigint)', [TEMPLATE_LOCK_KEY]);
+    try {
+      const exists = await client.query('SELECT 1 FROM pg_database WHERE datname = $1', [template]);
+      if (exists.rowCount) return;
+      await client
+        .query(`CREATE DATABASE ${client.escapeIdentifier(`${template}_building`)}`)
+        .catch(async () => {
+          await client.query(`DROP DATABASE IF EXISTS ${client.escapeIdentifier(`${template}_building`)}`);
+          await client.query(`CREATE DATABASE ${client.escapeIdentifier(`${template}_building`)}`);
+        });
+      await withClient(withDatabase(adminUrl, `${template}_building`), async (t) => {
+        for (const ext of TEMPLATE_EXTENSIONS) await t.query(`CREATE EXTENSION IF NOT EXISTS ${ext}`);
+      });
+      // Rename when complete, so no one ever clones a half-built template.
+      await client.query(
+        `ALTER DATABASE ${client.escapeIdentifier(`${template}_building`)} RENAME TO ${client.escapeIdentifier(template)}`,
+      );
+    } finally {
+      await client.query('SELECT pg_advisory_unlock($1::bigint)', [TEMPLATE_LOCK_KEY]);
+    }
+  });
+}
+
+/**
+ * Creates a fresh database for one test file, cloned from a template that has the extensions of
+ * {@link TEMPLATE_EXTENSIONS} installed. Tests in different files never share tables.
+ *
+ * @example
+ * const db = await createTestDatabase(inject('pgUrl'));
+ * const pool = new pg.Pool({ connectionString: db.url });
+ * // ... tests ...
+ * await pool.end();
+ * await db.drop();
+ */
+export async function createTestDatabase(
+  adminUrl: string,
+  options: CreateTestDatabaseOptions = {},
+): Promise<TestDatabase> {
+  const template = options.template ?? DEFAULT_TEMPLATE;
+  const prefix = options.prefix ?? 't';
+  if (!NAME.test(prefix)) throw new TypeError(`invalid database name prefix: ${prefix}`);
+  await ensureTemplate(adminUrl, template);
+  const name = `${prefix}_${Date.now().toString(36)}_${randomBytes(4).toString('hex')}`;
+  await withClient(adminUrl, async (client) => {
+    // CREATE DATABASE … TEMPLATE fails while another session is connected to the template; nobody
+    // connects to it after ensureTemplate, but retry briefly in case a clone races its creation.
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await client.query(
+          `CREATE DATABASE ${client.escapeIdentifier(name)} TEMPLATE ${client.escapeIdentifier(template)}`,
+        );
+        return;
+      } catch (error) {
+        if (attempt >= 20 || (error as { code?: string }).code !== '55006') throw error;
+        await new Promise((r) => setTimeout(r, 50 * attempt));
+      }
+    }
+  });
+  let dropped = false;
+  return {
+    url: withDatabase(adminUrl, name),
+    name,
+    drop: async () => {
+      if (dropped) return;
+      dropped = true;
+      await withClient(adminUrl, async (client) => {
+        await client.query(`DROP DATABASE IF EXISTS ${client.escapeIdentifier(name)} WITH (FORCE)`);
+      });
+    },
+  };
+}

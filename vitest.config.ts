@@ -1,0 +1,16 @@
+import { defineConfig } from 'vitest/config';
+
+// One PostgreSQL server per test run (test/global-setup.ts); each integration/property test file
+// creates its own database from a migrated template, so files never share tables.
+export default defineConfig({
+  test: {
+    globalSetup: ['./test/global-setup.ts'],
+    testTimeout: 30_000,
+    hookTimeout: 60_000,
+    projects: [
+      { extends: true, test: { name: 'unit', include: ['test/unit/**/*.test.ts'] } },
+      { extends: true, test: { name: 'integration', include: ['test/integration/**/*.test.ts'] } },
+      { extends: true, test: { name: 'property', include: ['test/property/**/*.test.ts'] } },
+    ],
+  },
+});
