@@ -1,5 +1,28 @@
 // Public surface of 'pg-txkit/testing' (re-exports only).
 export {
+  allInterleavings,
+  type FastCheckModule,
+  type Interleaved,
+  type IsolationLevelName,
+  interleavingCount,
+  interleavings,
+  isolationLevel,
+  type SessionsSteps,
+} from './arbitraries.js';
+export { FaultProxy, type FaultProxyOptions } from './fault-proxy.js';
+export { type FormatOutcomesOptions, formatOutcomes } from './format-outcomes.js';
+export { type Gate, gate } from './gate.js';
+// PgBouncer for pooler tests (owned by the advisory module's author; re-exported whole).
+export * from './pgbouncer.js';
+export {
+  Schedule,
+  ScheduleError,
+  type ScheduleErrorReason,
+  type ScheduleOptions,
+  type ScheduleStep,
+  type StepOutcome,
+} from './schedule.js';
+export {
   type PostgresProvider,
   PostgresStartError,
   parseStartPostgresOptions,
@@ -11,6 +34,7 @@ export {
 export {
   type CreateTestDatabaseOptions,
   createTestDatabase,
+  type EnsureTemplateOptions,
   ensureTemplate,
   TEMPLATE_EXTENSIONS,
   type TestDatabase,

@@ -17,6 +17,8 @@ export interface CreateTestDatabaseOptions {
   readonly template?: string;
   /** Prefix of the new database's name. Default `t`. */
   readonly prefix?: string;
+  /** Migrations to run on the template when this call has to build it (see {@link ensureTemplate}). */
+  readonly migrate?: (templateUrl: string) => Promise<void>;
 }
 
 /** Extensions installed in the template, so every test database has them. */
@@ -45,15 +47,33 @@ async function withClient<T>(url: string, fn: (client: pg.Client) => Promise<T>)
   }
 }
 
+/** Options of {@link ensureTemplate}. */
+export interface EnsureTemplateOptions {
+  /** Name of the template database. Default `pg_txkit_template`. */
+  readonly name?: string;
+  /**
+   * Runs your migrations once, on the template while it is being built (receives its URL), so
+   * every test database cloned from it starts migrated. On a long-lived server (`DATABASE_URL`) an
+   * existing template is reused as is: put a version or a hash of your migrations in `name`.
+   */
+  readonly migrate?: (templateUrl: string) => Promise<void>;
+}
+
 /**
  * Creates the template database (once; safe when several processes race) with the extensions of
- * {@link TEMPLATE_EXTENSIONS}. Called by {@link createTestDatabase}; call it yourself in a global
- * setup to pay the cost once.
+ * {@link TEMPLATE_EXTENSIONS}, then your migrations. Called by {@link createTestDatabase}; call it
+ * yourself in a global setup to pay the cost once.
  *
  * @example
  * await ensureTemplate(server.url);
+ * await ensureTemplate(server.url, { name: 'app_template_v3', migrate: (url) => runMigrations(url) });
  */
-export async function ensureTemplate(adminUrl: string, template: string = DEFAULT_TEMPLATE): Promise<void> {
+export async function ensureTemplate(
+  adminUrl: string,
+  options: string | EnsureTemplateOptions = DEFAULT_TEMPLATE,
+): Promise<void> {
+  const { name: template = DEFAULT_TEMPLATE, migrate } =
+    typeof options === 'string' ? { name: options } : options;
   if (!NAME.test(template)) throw new TypeError(`invalid template name: ${template}`);
   await withClient(adminUrl, async (client) => {
     // Session advisory lock on this one dedicated client (lock and unlock on the same connection):
@@ -62,18 +82,19 @@ export async function ensureTemplate(adminUrl: string, template: string = DEFAUL
     try {
       const exists = await client.query('SELECT 1 FROM pg_database WHERE datname = $1', [template]);
       if (exists.rowCount) return;
-      await client
-        .query(`CREATE DATABASE ${client.escapeIdentifier(`${template}_building`)}`)
-        .catch(async () => {
-          await client.query(`DROP DATABASE IF EXISTS ${client.escapeIdentifier(`${template}_building`)}`);
-          await client.query(`CREATE DATABASE ${client.escapeIdentifier(`${template}_building`)}`);
-        });
-      await withClient(withDatabase(adminUrl, `${template}_building`), async (t) => {
+      const building = `${template}_building`;
+      // A leftover of a crashed build is dropped (FORCE terminates its sessions). DROP/CREATE
+      // DATABASE lock only the database concerned; CREATE copies template1, which nobody uses.
+      await client.query(`DROP DATABASE IF EXISTS ${client.escapeIdentifier(building)} WITH (FORCE)`);
+      await client.query(`CREATE DATABASE ${client.escapeIdentifier(building)}`);
+      await withClient(withDatabase(adminUrl, building), async (t) => {
         for (const ext of TEMPLATE_EXTENSIONS) await t.query(`CREATE EXTENSION IF NOT EXISTS ${ext}`);
       });
+      // The migrations' connections must be closed by now: a template with sessions cannot be cloned.
+      if (migrate) await migrate(withDatabase(adminUrl, building));
       // Rename when complete, so no one ever clones a half-built template.
       await client.query(
-        `ALTER DATABASE ${client.escapeIdentifier(`${template}_building`)} RENAME TO ${client.escapeIdentifier(template)}`,
+        `ALTER DATABASE ${client.escapeIdentifier(building)} RENAME TO ${client.escapeIdentifier(template)}`,
       );
     } finally {
       await client.query('SELECT pg_advisory_unlock($1::bigint)', [TEMPLATE_LOCK_KEY]);
@@ -99,7 +120,7 @@ export async function createTestDatabase(
   const template = options.template ?? DEFAULT_TEMPLATE;
   const prefix = options.prefix ?? 't';
   if (!NAME.test(prefix)) throw new TypeError(`invalid database name prefix: ${prefix}`);
-  await ensureTemplate(adminUrl, template);
+  await ensureTemplate(adminUrl, options.migrate ? { name: template, migrate: options.migrate } : template);
   const name = `${prefix}_${Date.now().toString(36)}_${randomBytes(4).toString('hex')}`;
   await withClient(adminUrl, async (client) => {
     // CREATE DATABASE … TEMPLATE fails while another session is connected to the template; nobody

@@ -38,4 +38,43 @@ describe('createTestDatabase', () => {
   it('rejects a prefix that is not a plain identifier before touching the server', async () => {
     await expect(createTestDatabase(inject('pgUrl'), { prefix: 'x"; DROP' })).rejects.toThrow(TypeError);
   });
+
+  it("builds a template with the caller's migrations once, and clones it migrated", async () => {
+    const template = `mig_${Date.now().toString(36)}`;
+    let migrations = 0;
+    const migrate = async (templateUrl: string) => {
+      migrations++;
+      const c = new pg.Client(templateUrl);
+      await c.connect();
+      try {
+        await c.query('CREATE TABLE app_users (id int PRIMARY KEY, email text UNIQUE)');
+      } finally {
+        await c.end();
+      }
+    };
+    const [a, b] = await Promise.all([
+      createTestDatabase(inject('pgUrl'), { template, migrate }),
+      createTestDatabase(inject('pgUrl'), { template, migrate }),
+    ]);
+    try {
+      expect(migrations).toBe(1);
+      for (const db of [a, b]) {
+        const c = new pg.Client(db.url);
+        await c.connect();
+        const t = await c.query("SELECT to_regclass('app_users') IS NOT NULL AS present");
+        await c.end();
+        expect(t.rows[0].present).toBe(true);
+      }
+    } finally {
+      await a.drop();
+      await b.drop();
+      const admin = new pg.Client(inject('pgUrl'));
+      await admin.connect();
+      await admin
+        .query(`ALTER DATABASE ${admin.escapeIdentifier(template)} IS_TEMPLATE false`)
+        .catch(() => {});
+      await admin.query(`DROP DATABASE IF EXISTS ${admin.escapeIdentifier(template)}`);
+      await admin.end();
+    }
+  });
 });
