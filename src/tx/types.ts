@@ -6,7 +6,9 @@ export interface Queryable {
     text: string,
     values?: readonly unknown[],
   ): Promise<pg.QueryResult<R>>;
-  query<R extends pg.QueryResultRow = Record<string, unknown>>(config: pg.QueryConfig): Promise<pg.QueryResult<R>>;
+  query<R extends pg.QueryResultRow = Record<string, unknown>>(
+    config: pg.QueryConfig,
+  ): Promise<pg.QueryResult<R>>;
 }
 
 /** Transaction isolation levels PostgreSQL implements (`read uncommitted` behaves as read committed). */

@@ -1,0 +1,75 @@
+import { err, ok, type Result } from 'neverthrow';
+import type pg from 'pg';
+import { classify, type DatabaseFailure, PoolExhausted } from '../errors/index.js';
+
+/** How {@link acquireClient} waits. */
+export interface AcquireOptions {
+  /** Give up with `PoolExhausted` after this long (undefined: the pool's own connectionTimeoutMillis). */
+  readonly timeoutMs?: number | undefined;
+  /**
+   * Refuse at once with `PoolExhausted` when the pool has no free client. Used for `requiresNew`
+   * inside a transaction: the caller already holds a client, so waiting could wait on itself forever.
+   */
+  readonly failFast: boolean;
+}
+
+/** Clients the pool could hand out right now without anyone waiting: idle ones plus room to grow. */
+export function freeClients(pool: pg.Pool): number {
+  const max = (pool.options as { max?: number } | undefined)?.max ?? 10;
+  return pool.idleCount + Math.max(0, max - pool.totalCount) - pool.waitingCount;
+}
+
+/**
+ * Checks a client out of `pool` (through `connect`, the pool's unpatched connect), failing fast or
+ * after a timeout with {@link PoolExhausted}, and classifying connection failures (`ConnectionLost`).
+ * A client that arrives after the timeout is released at once, never leaked. Anything that is not a
+ * database failure is a defect and rejects.
+ *
+ * @example
+ * const client = await acquireClient(pool, () => pool.connect(), { failFast: true, timeoutMs: 2000 });
+ */
+export async function acquireClient(
+  pool: pg.Pool,
+  connect: () => Promise<pg.PoolClient>,
+  options: AcquireOptions,
+): Promise<Result<pg.PoolClient, DatabaseFailure>> {
+  if (options.failFast && freeClients(pool) <= 0) {
+    const max = (pool.options as { max?: number } | undefined)?.max ?? 10;
+    return err(
+      new PoolExhausted(
+        `requiresNew inside a transaction needs a second client, but all ${max} are checked out ` +
+          `(${pool.waitingCount} waiting); waiting would deadlock on our own transaction. Enlarge the pool or avoid requiresNew here`,
+      ),
+    );
+  }
+  try {
+    const pending = connect();
+    if (options.timeoutMs === undefined) return ok(await pending);
+    const timeoutMs = options.timeoutMs;
+    let timer: NodeJS.Timeout | undefined;
+    let timedOut = false;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        timedOut = true;
+        reject(new PoolExhausted(`no client within ${timeoutMs} ms`));
+      }, timeoutMs);
+    });
+    // A client that shows up after we gave up goes straight back to the pool.
+    pending.then(
+      (client) => {
+        if (timedOut) client.release();
+      },
+      () => {},
+    );
+    try {
+      return ok(await Promise.race([pending, timeout]));
+    } finally {
+      clearTimeout(timer);
+    }
+  } catch (error) {
+    if (error instanceof PoolExhausted) return err(error);
+    const failure = classify(error);
+    if (failure === undefined) throw error;
+    return err(failure);
+  }
+}

@@ -1,0 +1,133 @@
+import type { TxKitError } from '../errors/index.js';
+
+/** Passed to {@link TxHooks.onRetry}. */
+export interface RetryEvent {
+  /** `TxOptions.name` of the outermost transaction. */
+  readonly name: string | undefined;
+  /** The attempt that failed (1-based); the next one is `attempt + 1`. */
+  readonly attempt: number;
+  /** Why it failed. */
+  readonly error: TxKitError;
+  /** How long the manager waits before the next attempt. */
+  readonly delayMs: number;
+}
+
+/** Passed to {@link TxHooks.onCommit}. */
+export interface CommitEvent {
+  readonly name: string | undefined;
+  /** The attempt that committed (1-based). */
+  readonly attempt: number;
+  /** From BEGIN sent to COMMIT acknowledged. */
+  readonly durationMs: number;
+}
+
+/** Passed to {@link TxHooks.onRollback}. */
+export interface RollbackEvent {
+  readonly name: string | undefined;
+  /** The attempt that rolled back (1-based). */
+  readonly attempt: number;
+  /** From BEGIN sent to ROLLBACK done (or the connection dropped). */
+  readonly durationMs: number;
+  /** What rolled it back: a TxKitError, the callback's own `Err` value, or a defect. */
+  readonly error: unknown;
+  /** Set when the ROLLBACK itself failed (the client was then destroyed, not returned to the pool). */
+  readonly rollbackError?: unknown;
+}
+
+/** Passed to {@link TxHooks.onSlowTransaction}. */
+export interface SlowTransactionEvent {
+  readonly name: string | undefined;
+  readonly attempt: number;
+  /** How long the transaction (this attempt) held its connection and locks. */
+  readonly durationMs: number;
+}
+
+/** Passed to {@link TxHooks.onCallbackError}. */
+export interface CallbackErrorEvent {
+  readonly name: string | undefined;
+  /** Which callback threw: an `afterCommit` / `afterRollback` callback, or one of the hooks. */
+  readonly source:
+    | 'afterCommit'
+    | 'afterRollback'
+    | 'onRetry'
+    | 'onCommit'
+    | 'onRollback'
+    | 'onSlowTransaction';
+  readonly error: unknown;
+}
+
+/**
+ * Observability hooks of a `TxManager`. Hooks are synchronous notifications; a hook that throws is
+ * reported to `onCallbackError` and never changes the transaction's outcome.
+ *
+ * @example
+ * const tm = new TxManager(pool, {
+ *   hooks: {
+ *     onRetry: ({ name, attempt, error, delayMs }) => log.warn({ name, attempt, kind: error.kind, delayMs }),
+ *     onSlowTransaction: ({ name, durationMs }) => log.warn(`${name} held its connection ${durationMs} ms`),
+ *     onCallbackError: ({ source, error }) => log.error({ source, error }),
+ *   },
+ *   slowTransactionMs: 500,
+ * });
+ */
+export interface TxHooks {
+  /** Before waiting for the next attempt of a retried transaction. */
+  onRetry?(event: RetryEvent): void;
+  /** After each successful outermost COMMIT. */
+  onCommit?(event: CommitEvent): void;
+  /** After each rolled-back attempt (retried or final). */
+  onRollback?(event: RollbackEvent): void;
+  /** When an attempt held its connection longer than `slowTransactionMs` (an external call inside a tx?). */
+  onSlowTransaction?(event: SlowTransactionEvent): void;
+  /**
+   * An `afterCommit`/`afterRollback` callback or a hook threw. The committed transaction stays
+   * committed. Default: `process.emitWarning`.
+   */
+  onCallbackError?(event: CallbackErrorEvent): void;
+}
+
+/** Calls hooks without ever letting them throw into the transaction machinery. */
+export class HookRunner {
+  readonly #hooks: TxHooks;
+  constructor(hooks: TxHooks) {
+    this.#hooks = hooks;
+  }
+
+  /** Reports an error of a callback or hook. */
+  callbackError(event: CallbackErrorEvent): void {
+    try {
+      if (this.#hooks.onCallbackError) {
+        this.#hooks.onCallbackError(event);
+        return;
+      }
+    } catch {
+      // The error reporter itself failed: fall through to the process warning.
+    }
+    const error = event.error instanceof Error ? event.error : new Error(String(event.error));
+    process.emitWarning(error, {
+      type: 'PgTxkitCallbackError',
+      detail: `${event.source} of transaction ${event.name ?? '(unnamed)'} threw`,
+    });
+  }
+
+  retry(event: RetryEvent): void {
+    this.#call('onRetry', event.name, () => this.#hooks.onRetry?.(event));
+  }
+  commit(event: CommitEvent): void {
+    this.#call('onCommit', event.name, () => this.#hooks.onCommit?.(event));
+  }
+  rollback(event: RollbackEvent): void {
+    this.#call('onRollback', event.name, () => this.#hooks.onRollback?.(event));
+  }
+  slow(event: SlowTransactionEvent): void {
+    this.#call('onSlowTransaction', event.name, () => this.#hooks.onSlowTransaction?.(event));
+  }
+
+  #call(source: CallbackErrorEvent['source'], name: string | undefined, fn: () => void): void {
+    try {
+      fn();
+    } catch (error) {
+      this.callbackError({ name, source, error });
+    }
+  }
+}

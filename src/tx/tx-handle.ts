@@ -1,0 +1,119 @@
+import type pg from 'pg';
+import { Mutex } from './mutex.js';
+import type { TxAttempt } from './tx-attempt.js';
+import { TxUsageError } from './tx-usage-error.js';
+import { type AfterCommit, type AfterRollback, type Isolation, TX, type Tx } from './types.js';
+
+/**
+ * The {@link Tx} given to callbacks: one scope (the outermost transaction, or a `nested` savepoint)
+ * of one attempt. Queries go to the attempt's pinned client; once the transaction is doomed they fail
+ * at once with the dooming error, and once it has ended they throw {@link TxUsageError}.
+ *
+ * @example
+ * await tm.doOrThrow(async (tx) => {
+ *   const { rows } = await tx.query<{ n: number }>('SELECT $1::int AS n', [1]);
+ *   tx.afterCommit(() => console.log('committed', rows[0]?.n));
+ * });
+ */
+export class TxHandle implements Tx {
+  readonly [TX] = true as const;
+  readonly attempt: number;
+  readonly isolation: Isolation;
+  readonly readOnly: boolean;
+  readonly name: string | undefined;
+  readonly depth: number;
+  readonly #state: TxAttempt;
+  readonly #afterCommit: AfterCommit[] = [];
+  readonly #afterRollback: AfterRollback[] = [];
+  readonly #children = new Mutex();
+
+  constructor(state: TxAttempt, depth: number, name: string | undefined) {
+    this.#state = state;
+    this.attempt = state.number;
+    this.isolation = state.settings.isolation;
+    this.readOnly = state.settings.readOnly;
+    this.name = name;
+    this.depth = depth;
+  }
+
+  /** @internal The attempt this scope belongs to. */
+  get state(): TxAttempt {
+    return this.#state;
+  }
+
+  /** Has the transaction ended (committed, rolled back, or being finished)? */
+  get closed(): boolean {
+    return this.#state.closed;
+  }
+
+  query<R extends pg.QueryResultRow = Record<string, unknown>>(
+    text: string,
+    values?: readonly unknown[],
+  ): Promise<pg.QueryResult<R>>;
+  query<R extends pg.QueryResultRow = Record<string, unknown>>(
+    config: pg.QueryConfig,
+  ): Promise<pg.QueryResult<R>>;
+  query<R extends pg.QueryResultRow = Record<string, unknown>>(
+    textOrConfig: string | pg.QueryConfig,
+    values?: readonly unknown[],
+  ): Promise<pg.QueryResult<R>> {
+    const state = this.#state;
+    if (state.closed) {
+      return Promise.reject(
+        new TxUsageError(
+          'transaction-closed',
+          `the transaction${this.name ? ` "${this.name}"` : ''} has ended; a Tx must not be used after its callback returned`,
+        ),
+      );
+    }
+    if (state.doom) return Promise.reject(state.doom);
+    const client = state.client;
+    const pending =
+      typeof textOrConfig === 'string'
+        ? client.query<R>(textOrConfig, values as unknown[] | undefined)
+        : client.query<R>(textOrConfig);
+    return pending.catch((error: unknown) => {
+      throw state.noteQueryError(error);
+    });
+  }
+
+  afterCommit(fn: AfterCommit): void {
+    this.#assertOpen('afterCommit');
+    this.#afterCommit.push(fn);
+  }
+
+  afterRollback(fn: AfterRollback): void {
+    this.#assertOpen('afterRollback');
+    this.#afterRollback.push(fn);
+  }
+
+  /** @internal A scope for a savepoint under this one. */
+  child(name: string | undefined): TxHandle {
+    return new TxHandle(this.#state, this.depth + 1, name ?? this.name);
+  }
+
+  /** @internal Runs `fn` exclusively among this scope's nested children (savepoints never interleave). */
+  exclusive<T>(fn: () => Promise<T>): Promise<T> {
+    return this.#children.run(fn);
+  }
+
+  /** @internal A released savepoint's callbacks now belong to this scope. */
+  adopt(child: TxHandle): void {
+    this.#afterCommit.push(...child.#afterCommit);
+    this.#afterRollback.push(...child.#afterRollback);
+  }
+
+  /** @internal The callbacks registered on this scope (and adopted from released children). */
+  callbacks(): {
+    readonly afterCommit: readonly AfterCommit[];
+    readonly afterRollback: readonly AfterRollback[];
+  } {
+    return { afterCommit: [...this.#afterCommit], afterRollback: [...this.#afterRollback] };
+  }
+
+  #assertOpen(what: string): void {
+    if (this.#state.closed) {
+      throw new TxUsageError('transaction-closed', `${what}() called after the transaction ended`);
+    }
+  }
+}

@@ -1,0 +1,80 @@
+import { z } from 'zod';
+import type {
+  CheckViolation,
+  ExclusionViolation,
+  ForeignKeyViolation,
+  NotNullViolation,
+  UniqueViolation,
+} from '../errors/index.js';
+import { durationSchema } from './duration.js';
+import type { TxHooks } from './hooks.js';
+import type { TxOptions } from './tx-options.js';
+
+/** The integrity errors that name a constraint, which a {@link ConstraintMap} can translate. */
+export type ConstraintViolation =
+  | UniqueViolation
+  | ExclusionViolation
+  | ForeignKeyViolation
+  | CheckViolation
+  | NotNullViolation;
+
+/**
+ * Constraint name → builder of the service's own domain error. `C` maps each constraint name to the
+ * error type its builder returns (inferred from the object you pass).
+ */
+export type ConstraintMap<C extends Record<string, unknown> = Record<string, unknown>> = {
+  readonly [K in keyof C]: (violation: ConstraintViolation) => C[K];
+};
+
+/** The union of the domain errors built by a constraint map whose error types are `C`. */
+export type ConstraintErrors<C extends Record<string, unknown>> = C[keyof C];
+
+const fn = z.custom<(...args: never[]) => unknown>((v) => typeof v === 'function', {
+  message: 'must be a function',
+});
+
+/** THE schema of the manager's own options (`defaults` are checked with the TxOptions schema). */
+export const txManagerOptionsSchema = z
+  .object({
+    /** Options every `do()` starts from; per-call options are merged over them. */
+    defaults: z.record(z.string(), z.unknown()).optional(),
+    /** Observability hooks. */
+    hooks: z
+      .object({
+        onRetry: fn.optional(),
+        onCommit: fn.optional(),
+        onRollback: fn.optional(),
+        onSlowTransaction: fn.optional(),
+        onCallbackError: fn.optional(),
+      })
+      .strict()
+      .optional(),
+    /** Constraint name → domain error builder. */
+    constraints: z.record(z.string().min(1), fn).optional(),
+    /** Throw when the pool is queried directly while a transaction is active in the same async context. */
+    strict: z.boolean().default(false),
+    /** An attempt that holds its connection longer than this calls `onSlowTransaction`. Default 1 s. */
+    slowTransactionMs: durationSchema.default(1000),
+  })
+  .strict();
+
+/**
+ * Options of `new TxManager(pool, options)`. The shape is checked at run time by
+ * {@link txManagerOptionsSchema}; the generic `C` lets the constraint map's errors flow into the type
+ * of `do()`'s errors.
+ *
+ * @example
+ * const options: TxManagerOptions<{ users_email_key: EmailTaken }> = {
+ *   defaults: { isolation: 'read committed', lockTimeout: '2s' },
+ *   constraints: { users_email_key: () => new EmailTaken() },
+ *   strict: true,
+ * };
+ */
+export type TxManagerOptions<C extends Record<string, unknown> = Record<never, never>> = Omit<
+  z.input<typeof txManagerOptionsSchema>,
+  'defaults' | 'hooks' | 'constraints'
+> & {
+  readonly defaults?: TxOptions | undefined;
+  readonly hooks?: TxHooks | undefined;
+  readonly constraints?: ConstraintMap<C> | undefined;
+};

@@ -1,0 +1,53 @@
+import pg from 'pg';
+import { expect } from 'vitest';
+
+/**
+ * Asserts the hygiene every transaction test must leave behind: no client checked out of `pool`, and
+ * no session of the test database idle in transaction (seen from a separate monitor connection).
+ */
+export async function expectClean(pool: pg.Pool, url: string): Promise<void> {
+  expect(pool.totalCount - pool.idleCount).toBe(0);
+  const monitor = new pg.Client({ connectionString: url });
+  monitor.on('error', () => {});
+  await monitor.connect();
+  try {
+    const { rows } = await monitor.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM pg_stat_activity
+        WHERE datname = current_database() AND state LIKE 'idle in transaction%' AND pid <> pg_backend_pid()`,
+    );
+    expect(rows[0]?.n).toBe(0);
+  } finally {
+    await monitor.end();
+  }
+}
+
+/** Every SQL text sent by clients of a {@link countingPool}, in order. */
+export interface SentLog {
+  readonly texts: string[];
+}
+
+/**
+ * A pool whose clients record every query text they send (to prove that nothing was sent), and call
+ * `onQuery` with it just before handing it to pg.
+ */
+export function countingPool(
+  url: string,
+  max = 5,
+  onQuery: (text: string) => void = () => {},
+): { pool: pg.Pool; log: SentLog } {
+  const log: SentLog = { texts: [] };
+  class CountingClient extends pg.Client {
+    // biome-ignore lint/suspicious/noExplicitAny: pg's query has many overloads; this only observes them.
+    override query(...args: any[]): any {
+      const first = args[0];
+      const text = typeof first === 'string' ? first : String((first as { text?: unknown })?.text);
+      log.texts.push(text);
+      onQuery(text);
+      // biome-ignore lint/suspicious/noExplicitAny: forwards the exact arguments.
+      return (super.query as any)(...args);
+    }
+  }
+  const pool = new pg.Pool({ connectionString: url, max, Client: CountingClient });
+  pool.on('error', () => {});
+  return { pool, log };
+}
