@@ -1,0 +1,353 @@
+import { createHash, randomBytes } from 'node:crypto';
+import { err, errAsync, ok, okAsync, type Result, ResultAsync } from 'neverthrow';
+import type pg from 'pg';
+import { z } from 'zod';
+import {
+  classify,
+  type DatabaseFailure,
+  type DeadlockDetected,
+  type InvalidOptions,
+  NotFound,
+  Overlap,
+} from '../errors/index.js';
+import { type Db, inTransaction, type Queryable } from '../tx/types.js';
+import { parseOptions } from './parse-options.js';
+import { runQuery } from './run-query.js';
+import { columnNameSchema, quoteName, tableNameSchema } from './sql-identifier.js';
+
+/** How many times book()/move() re-run their statement after a 40P01 (or an overlap that vanished). */
+const MAX_TRIES = 2;
+
+const bookingsOptionsSchema = z
+  .object({
+    /** The caller's bookings table, optionally schema-qualified. It must exist. */
+    table: tableNameSchema,
+    /** The column naming the booked thing (room id, doctor id …). */
+    resource: columnNameSchema,
+    /** The `tstzrange` column holding the half-open period `[from, to)`. */
+    during: columnNameSchema,
+    /** The primary key column used by cancel()/move(): default 'id'. */
+    id: columnNameSchema.default('id'),
+    /** Name of the EXCLUDE constraint migrate() adds: default `<table>_no_overlap`. */
+    constraint: columnNameSchema.optional(),
+  })
+  .strict();
+
+/** Options of {@link Bookings}. */
+export type BookingsOptions = z.input<typeof bookingsOptionsSchema>;
+
+const instant = z.union([
+  z.date().refine((d) => !Number.isNaN(d.getTime()), 'invalid date'),
+  z
+    .string()
+    .refine((s) => /^\d{4}-\d{2}-\d{2}/.test(s) && !Number.isNaN(Date.parse(s)), 'not an ISO 8601 date')
+    .transform((s) => new Date(s)),
+]);
+
+const periodSchema = z
+  .object({ from: instant, to: instant })
+  .strict()
+  .refine((p) => p.to.getTime() > p.from.getTime(), { message: '`to` must be after `from`', path: ['to'] });
+
+const idValue = z.union([z.string().min(1), z.number().finite(), z.bigint()]);
+
+const bookSchema = z
+  .object({
+    /** The resource to book (a value of the resource column). */
+    resource: z.union([z.string(), z.number().finite(), z.bigint()]),
+    from: instant,
+    to: instant,
+    /** Other columns of the new booking row. */
+    values: z.record(columnNameSchema, z.unknown()).optional(),
+  })
+  .strict()
+  .refine((p) => p.to.getTime() > p.from.getTime(), { message: '`to` must be after `from`', path: ['to'] });
+
+/** Input of {@link Bookings.book}. */
+export type BookInput = z.input<typeof bookSchema>;
+/** Input of {@link Bookings.move}. */
+export type BookingPeriod = z.input<typeof periodSchema>;
+
+function param(v: unknown): unknown {
+  return typeof v === 'bigint' ? v.toString() : v;
+}
+
+/**
+ * Non-overlapping bookings of a resource, guaranteed by PostgreSQL itself with an exclusion
+ * constraint: `EXCLUDE USING gist (resource WITH =, during WITH &&)`. Nothing to lock, no
+ * serializable needed: "no overlapping booking exists" is a fact about a row that does NOT exist, so
+ * only a constraint can enforce it (seed 001). At read committed a concurrent overlapping insert
+ * waits for the first and then fails with 23P01, which `book()` turns into {@link Overlap} carrying
+ * the booking(s) in the way.
+ *
+ * Periods are half-open `[from, to)`: a booking ending at 10:00 and one starting at 10:00 do not
+ * overlap. `to <= from` or an unparsable date → `InvalidOptions` before any SQL.
+ *
+ * @example
+ * const rooms = new Bookings({ table: 'room_bookings', resource: 'room_id', during: 'during' });
+ * await rooms.migrate(pool); // btree_gist + the EXCLUDE constraint, once (deploy time)
+ * const r = await rooms.book(tm.db(), { resource: 7, from: '2030-01-01T10:00Z', to: '2030-01-01T11:00Z' });
+ * if (r.isErr() && r.error.kind === 'Overlap') console.log('taken by', r.error.conflicting);
+ */
+export class Bookings {
+  readonly table: string;
+  readonly resource: string;
+  readonly during: string;
+  readonly id: string;
+  readonly constraint: string;
+
+  /** Throws `InvalidOptions` for bad identifiers (a construction-time defect, not a runtime outcome). */
+  constructor(options: BookingsOptions) {
+    const parsed = parseOptions(bookingsOptionsSchema, options);
+    if (parsed.isErr()) throw parsed.error;
+    this.table = parsed.value.table;
+    this.resource = parsed.value.resource;
+    this.during = parsed.value.during;
+    this.id = parsed.value.id;
+    const bare = parsed.value.table.split('.').pop() ?? parsed.value.table;
+    this.constraint = parsed.value.constraint ?? `${bare}_no_overlap`.slice(0, 63);
+  }
+
+  /**
+   * Installs `btree_gist` (a trusted extension: a non-superuser with CREATE on the database may do it)
+   * and adds the EXCLUDE constraint to the table unless it has an exclusion constraint of that name or
+   * of the same definition (under any name).
+   * Idempotent and safe to run from several processes at once (an advisory transaction lock
+   * serializes them).
+   *
+   * Locks: ALTER TABLE … ADD CONSTRAINT takes ACCESS EXCLUSIVE on the table and builds a GiST index:
+   * every reader and writer of the table waits meanwhile. `lock_timeout` (default 5 s) makes it give up
+   * instead of queueing everyone behind it; run it at deploy time.
+   *
+   * @example
+   * await new Bookings({ table: 'room_bookings', resource: 'room_id', during: 'during' }).migrate(pool);
+   */
+  migrate(
+    pool: pg.Pool | pg.Client,
+    options: { lockTimeoutMs?: number } = {},
+  ): ResultAsync<{ created: boolean }, InvalidOptions | DatabaseFailure> {
+    const parsed = parseOptions(
+      z.object({ lockTimeoutMs: z.number().int().min(1).max(600_000).default(5000) }).strict(),
+      options,
+    );
+    if (parsed.isErr()) return errAsync(parsed.error);
+    const lockTimeoutMs = parsed.value.lockTimeoutMs;
+    const key = BigInt.asIntN(
+      64,
+      createHash('sha256').update(`pg-txkit:bookings:${this.table}`).digest().readBigUInt64BE(),
+    );
+    const work = async (client: Queryable): Promise<{ created: boolean }> => {
+      await client.query('CREATE EXTENSION IF NOT EXISTS btree_gist');
+      await client.query('BEGIN');
+      try {
+        // lock_timeout is a validated integer; SET LOCAL ends with this transaction.
+        await client.query(`SET LOCAL lock_timeout = ${lockTimeoutMs}`);
+        // Transaction-scoped advisory lock: serializes concurrent migrate() calls for this table.
+        await client.query('SELECT pg_advisory_xact_lock($1::bigint)', [key.toString()]);
+        // Catalog read: the table's exclusion constraints. One named like ours, or with our definition
+        // under another name, means the invariant is already enforced.
+        const existing = await client.query<{ conname: string; def: string }>(
+          `SELECT conname, pg_get_constraintdef(oid) AS def FROM pg_constraint WHERE conrelid = $1::regclass AND contype = 'x'`,
+          [quoteName(this.table)],
+        );
+        const wanted = `EXCLUDE USING gist (${this.resource} WITH =, ${this.during} WITH &&)`;
+        const present = existing.rows.some(
+          (c) => c.conname === this.constraint || c.def.replaceAll('"', '') === wanted,
+        );
+        let created = false;
+        if (!present) {
+          // ACCESS EXCLUSIVE on the table while the GiST index is built (bounded by lock_timeout).
+          await client.query(
+            `ALTER TABLE ${quoteName(this.table)} ADD CONSTRAINT ${quoteName(this.constraint)}
+               EXCLUDE USING gist (${quoteName(this.resource)} WITH =, ${quoteName(this.during)} WITH &&)`,
+          );
+          created = true;
+        }
+        await client.query('COMMIT');
+        return { created };
+      } catch (error) {
+        await client.query('ROLLBACK').catch(() => {});
+        throw error;
+      }
+    };
+    const run = async (): Promise<{ created: boolean }> => {
+      if ('totalCount' in pool) {
+        const client = await pool.connect();
+        try {
+          return await work(client);
+        } finally {
+          client.release();
+        }
+      }
+      return work(pool);
+    };
+    return ResultAsync.fromPromise(run(), (error) => {
+      const failure = classify(error);
+      if (failure === undefined) throw error;
+      return failure;
+    });
+  }
+
+  /**
+   * Books `[from, to)` for a resource: one INSERT; an overlap is refused by the EXCLUDE constraint
+   * and returned as {@link Overlap} with the conflicting rows (read right after the 23P01).
+   *
+   * Concurrent overlapping inserts can deadlock inside the constraint check (each waits for the
+   * other's uncommitted row): PostgreSQL aborts one with 40P01. book() re-runs its INSERT once (inside a
+   * SAVEPOINT when `db` is in a transaction, so the caller's earlier work survives): its own row is gone,
+   * so the retry just waits for the survivor and ends as `Overlap`. When the cycle runs through rows the
+   * caller's transaction wrote EARLIER (T1 books room A then B, T2 books B then A), re-running one
+   * statement cannot help: book() returns `DeadlockDetected`; throw it inside `tm.do`, which retries the
+   * whole transaction (the retry then ends as a booking or `Overlap`). Either way the end state is one
+   * booking per slot and `Overlap` for the others.
+   *
+   * Lock: ROW EXCLUSIVE on the table; the constraint check waits for any uncommitted overlapping
+   * booking's transaction.
+   *
+   * @example
+   * const booked = await rooms.book(tx, { resource: 7, from: new Date('2030-01-01T10:00Z'), to: new Date('2030-01-01T11:00Z'), values: { guest: 'Ann' } });
+   */
+  book<R extends pg.QueryResultRow = Record<string, unknown>>(
+    db: Db,
+    input: BookInput,
+  ): ResultAsync<R, Overlap<R> | InvalidOptions | DatabaseFailure> {
+    const parsed = parseOptions(bookSchema, input);
+    if (parsed.isErr()) return errAsync(parsed.error);
+    const { resource, from, to, values = {} } = parsed.value;
+    const extra = Object.keys(values).filter((c) => c !== this.resource && c !== this.during);
+    const columns = [this.resource, this.during, ...extra].map((c) => quoteName(c));
+    const placeholders = ['$1', `tstzrange($2, $3, '[)')`, ...extra.map((_, i) => `$${i + 4}`)];
+    const params = [param(resource), from, to, ...extra.map((c) => param(values[c]))];
+    // Lock: ROW EXCLUSIVE; the EXCLUDE check waits on an uncommitted overlapping booking's transaction.
+    const text = `INSERT INTO ${quoteName(this.table)} (${columns.join(', ')}) VALUES (${placeholders.join(', ')}) RETURNING *`;
+    return this.#withOverlap<R>(db, text, params, resource, from, to, undefined);
+  }
+
+  /**
+   * Cancels (deletes) a booking by id → the deleted row, or `NotFound`.
+   *
+   * Lock: FOR UPDATE on the deleted row (a DELETE), until the transaction ends.
+   *
+   * @example
+   * await rooms.cancel(tm.db(), bookingId);
+   */
+  cancel<R extends pg.QueryResultRow = Record<string, unknown>>(
+    db: Db,
+    id: string | number | bigint,
+  ): ResultAsync<R, NotFound | InvalidOptions | DatabaseFailure> {
+    const parsed = parseOptions(idValue, id);
+    if (parsed.isErr()) return errAsync(parsed.error);
+    // Lock: FOR UPDATE on the one row deleted.
+    return runQuery<R>(
+      db,
+      `DELETE FROM ${quoteName(this.table)} WHERE ${quoteName(this.id)} = $1 RETURNING *`,
+      [param(parsed.value)],
+    ).andThen((r) => {
+      const row = r.rows[0];
+      return row === undefined ? errAsync(new NotFound(this.table, [parsed.value])) : okAsync(row);
+    });
+  }
+
+  /**
+   * Moves a booking to `[from, to)` atomically: ONE UPDATE, so there is no moment where the booking is
+   * cancelled but not yet re-booked. `Overlap` if the new period collides with another booking (its
+   * own old period never counts), `NotFound` if the id does not exist.
+   *
+   * Lock: FOR NO KEY UPDATE on the row (an UPDATE of a non-key column); the EXCLUDE check waits on
+   * uncommitted overlapping bookings.
+   *
+   * @example
+   * await rooms.move(tm.db(), bookingId, { from: '2030-01-01T12:00Z', to: '2030-01-01T13:00Z' });
+   */
+  move<R extends pg.QueryResultRow = Record<string, unknown>>(
+    db: Db,
+    id: string | number | bigint,
+    period: BookingPeriod,
+  ): ResultAsync<R, Overlap<R> | NotFound | InvalidOptions | DatabaseFailure> {
+    const parsedId = parseOptions(idValue, id);
+    if (parsedId.isErr()) return errAsync(parsedId.error);
+    const parsed = parseOptions(periodSchema, period);
+    if (parsed.isErr()) return errAsync(parsed.error);
+    const { from, to } = parsed.value;
+    // Lock: FOR NO KEY UPDATE on the moved row; the EXCLUDE check as for an insert.
+    const text = `UPDATE ${quoteName(this.table)} SET ${quoteName(this.during)} = tstzrange($2, $3, '[)')
+      WHERE ${quoteName(this.id)} = $1 RETURNING *`;
+    const movedId = param(parsedId.value);
+    // The resource is read from the row for the Overlap report (RETURNING is empty on failure).
+    return this.#withOverlap<R>(db, text, [movedId, from, to], undefined, from, to, movedId).andThen((row) =>
+      row === undefined ? errAsync(new NotFound(this.table, [parsedId.value])) : okAsync(row),
+    ) as ResultAsync<R, Overlap<R> | NotFound | InvalidOptions | DatabaseFailure>;
+  }
+
+  /**
+   * Runs an INSERT/UPDATE that the EXCLUDE constraint may refuse; on 23P01 reads the overlapping rows,
+   * on 40P01 re-runs it (in a savepoint inside a transaction). Resolves to the first returned row, or
+   * undefined when the statement changed no row.
+   */
+  #withOverlap<R extends pg.QueryResultRow>(
+    db: Db,
+    text: string,
+    params: unknown[],
+    resource: unknown,
+    from: Date,
+    to: Date,
+    excludeId: unknown,
+  ): ResultAsync<R, Overlap<R> | DatabaseFailure> {
+    const q = db as Queryable;
+    const inTx = inTransaction(db);
+    const attempt = async (): Promise<Result<{ row: R | undefined }, DatabaseFailure>> => {
+      if (!inTx) return (await runQuery<R>(db, text, params)).map((r) => ({ row: r.rows[0] }));
+      // A savepoint so that a refused statement leaves the caller's transaction usable (we still need to
+      // read the conflicting rows, and a 40P01 retry must not lose the caller's earlier work).
+      const savepoint = `pg_txkit_booking_${randomBytes(6).toString('hex')}`;
+      await q.query(`SAVEPOINT ${savepoint}`);
+      const result = await runQuery<R>(db, text, params);
+      if (result.isOk()) {
+        await q.query(`RELEASE SAVEPOINT ${savepoint}`);
+        return ok({ row: result.value.rows[0] });
+      }
+      await q.query(`ROLLBACK TO SAVEPOINT ${savepoint}`).catch(() => {});
+      await q.query(`RELEASE SAVEPOINT ${savepoint}`).catch(() => {});
+      return err(result.error);
+    };
+    const conflicting = async (): Promise<Result<R[], DatabaseFailure>> => {
+      const where = [
+        `${quoteName(this.during)} && tstzrange($1, $2, '[)')`,
+        resource === undefined
+          ? `${quoteName(this.resource)} = (SELECT ${quoteName(this.resource)} FROM ${quoteName(this.table)} WHERE ${quoteName(this.id)} = $3)`
+          : `${quoteName(this.resource)} = $3`,
+        excludeId === undefined ? 'true' : `${quoteName(this.id)} IS DISTINCT FROM $3`,
+      ];
+      // Plain read (no lock) of the bookings in the way, for the error report.
+      return runQuery<R>(
+        db,
+        `SELECT * FROM ${quoteName(this.table)} WHERE ${where.join(' AND ')} ORDER BY ${quoteName(this.during)}`,
+        [from, to, resource === undefined ? excludeId : resource],
+      ).map((r) => r.rows);
+    };
+    const loop = async (): Promise<Result<R, Overlap<R> | DatabaseFailure>> => {
+      let last: DatabaseFailure | DeadlockDetected | undefined;
+      for (let n = 1; n <= MAX_TRIES; n++) {
+        const result = await attempt();
+        if (result.isOk()) return ok(result.value.row as R);
+        last = result.error;
+        if (last.kind === 'DeadlockDetected') continue;
+        if (last.kind !== 'ExclusionViolation') return err(last);
+        const rows = await conflicting();
+        if (rows.isErr()) return err(rows.error);
+        if (rows.value.length > 0 || n === MAX_TRIES) {
+          return err(new Overlap<R>(rows.value, last.constraint ?? this.constraint, last));
+        }
+        // The booking in the way was cancelled between the refusal and our read: try again.
+      }
+      return err(last as DatabaseFailure);
+    };
+    // A failure outside the statement itself (SAVEPOINT in an aborted transaction, a lost connection) is
+    // classified too; anything else is a defect and rejects.
+    return ResultAsync.fromPromise(loop(), (error) => {
+      const failure = classify(error);
+      if (failure === undefined) throw error;
+      return failure;
+    }).andThen((r) => r);
+  }
+}

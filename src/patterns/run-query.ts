@@ -1,0 +1,27 @@
+import { err, ok, ResultAsync } from 'neverthrow';
+import type pg from 'pg';
+import { classify, type DatabaseFailure } from '../errors/index.js';
+import type { Db, Queryable } from '../tx/types.js';
+
+/**
+ * Runs one statement on `db` and turns a database failure into a value. Anything `classify` does not
+ * recognise (a bug, a TypeError) is a defect: the returned ResultAsync rejects with it unchanged.
+ *
+ * @example
+ * const rows = await runQuery(pool, 'SELECT 1 AS one').map((r) => r.rows);
+ */
+export function runQuery<R extends pg.QueryResultRow = Record<string, unknown>>(
+  db: Db,
+  text: string,
+  values: readonly unknown[] = [],
+): ResultAsync<pg.QueryResult<R>, DatabaseFailure> {
+  const promise = (db as Queryable).query<R>(text, values).then(
+    (result) => ok(result),
+    (error: unknown) => {
+      const failure = classify(error);
+      if (failure === undefined) throw error;
+      return err(failure);
+    },
+  );
+  return new ResultAsync(promise);
+}
