@@ -1,2 +1,44 @@
-// Public surface of this module (re-exports only).
-export {};
+// Public surface of the advisory-locks module (re-exports only).
+export {
+  type AdvisoryKey,
+  type AdvisoryKeyPair,
+  type AnyAdvisoryKey,
+  advisoryKey,
+  advisoryKeyOrThrow,
+  advisoryKeyPair,
+  formatAdvisoryKey,
+  isAdvisoryKey,
+  keyFromLockTag,
+  lockTagOf,
+} from './advisory-key.js';
+export {
+  type AdvisoryLockInfo,
+  type FindLeakedAdvisoryLocksOptions,
+  findLeakedAdvisoryLocks,
+  type ListAdvisoryLocksOptions,
+  listAdvisoryLocks,
+} from './find-leaked-advisory-locks.js';
+export {
+  SessionLock,
+  type SessionLockError,
+  type SessionLockLostReason,
+  type SessionLockOptions,
+  type SessionLockReleased,
+  type SessionLockTarget,
+  TransactionPoolerDetected,
+} from './session-lock.js';
+export {
+  migrateSingleRun,
+  SINGLE_RUN_TABLE,
+  type SingleRunError,
+  type SingleRunSpec,
+  singleRun,
+  singleRunTableSql,
+} from './single-run.js';
+export {
+  type AdvisoryLockError,
+  acquireXactLocks,
+  type LockedCallback,
+  type WithAdvisoryLockOptions,
+  withAdvisoryLock,
+} from './with-advisory-lock.js';
