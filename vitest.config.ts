@@ -11,6 +11,10 @@ export default defineConfig({
       { extends: true, test: { name: 'unit', include: ['test/unit/**/*.test.ts'] } },
       { extends: true, test: { name: 'integration', include: ['test/integration/**/*.test.ts'] } },
       { extends: true, test: { name: 'property', include: ['test/property/**/*.test.ts'] } },
+      {
+        extends: true,
+        test: { name: 'reliability', include: ['test/reliability/**/*.test.ts'], testTimeout: 180_000 },
+      },
     ],
   },
 });

@@ -1,0 +1,108 @@
+import { createHash } from 'node:crypto';
+import { readdir, readFile } from 'node:fs/promises';
+import { ResultAsync } from 'neverthrow';
+import pg from 'pg';
+import { classify } from '../../errors/classify.js';
+import { DbError, type TxKitError } from '../../errors/errors.js';
+
+/** What {@link migrateQueue} did. */
+export interface MigrateResult {
+  /** Versions applied by this call (empty when the schema was already up to date). */
+  readonly applied: readonly number[];
+  /** The schema's version after the call. */
+  readonly version: number;
+}
+
+/** One numbered migration file (`001_jobs.sql`). */
+interface Migration {
+  readonly version: number;
+  readonly name: string;
+  readonly sql: string;
+}
+
+const MIGRATIONS_DIR = new URL('./migrations/', import.meta.url);
+
+/** Reads the numbered `.sql` files shipped next to this module, in version order. */
+async function loadMigrations(): Promise<Migration[]> {
+  const names = (await readdir(MIGRATIONS_DIR)).filter((n) => /^\d+_.+\.sql$/.test(n)).sort();
+  return Promise.all(
+    names.map(async (name) => ({
+      version: Number.parseInt(name, 10),
+      name,
+      sql: await readFile(new URL(name, MIGRATIONS_DIR), 'utf8'),
+    })),
+  );
+}
+
+/** Stable signed 64-bit advisory key for a schema's migrations (sha-256, not hashtext). */
+export function migrationLockKey(schema: string): string {
+  const digest = createHash('sha256').update(`pg-txkit.queue.migrate:${schema}`).digest();
+  return BigInt.asIntN(64, digest.readBigUInt64BE(0)).toString();
+}
+
+/** The NOTIFY channel of a queue schema (unquoted). */
+export function notifyChannel(schema: string): string {
+  return `${schema}_jobs`;
+}
+
+function toError(e: unknown): TxKitError {
+  return classify(e) ?? new DbError(undefined, e instanceof Error ? e.message : String(e), e);
+}
+
+/**
+ * Creates or upgrades a queue schema: applies the numbered `.sql` migrations it has not applied yet,
+ * in one transaction, under `pg_advisory_xact_lock` on a key derived from the schema name. Two
+ * processes starting at once serialize on that lock: the second sees the first one's versions in the
+ * migrations table and applies nothing. The lock is transaction-scoped, so a crash or a dropped
+ * connection can never leave it held (seed 000).
+ *
+ * @example
+ * const result = await migrateQueue(pool, 'pgtxkit_queue');
+ * if (result.isOk()) console.log(result.value.applied); // [1] the first time, [] afterwards
+ */
+export function migrateQueue(pool: pg.Pool, schema: string): ResultAsync<MigrateResult, TxKitError> {
+  const s = pg.escapeIdentifier(schema);
+  const channel = pg.escapeLiteral(notifyChannel(schema));
+  const run = async (): Promise<MigrateResult> => {
+    const migrations = await loadMigrations();
+    const client = await pool.connect();
+    let broken: Error | undefined;
+    try {
+      // Transaction-scoped advisory lock: held until COMMIT/ROLLBACK, released by the server if the
+      // connection dies. It serializes concurrent migrate() calls for this schema only.
+      await client.query('BEGIN');
+      await client.query('SELECT pg_advisory_xact_lock($1::bigint)', [migrationLockKey(schema)]);
+      // DDL below takes ACCESS EXCLUSIVE on new objects only (nobody else can see them yet).
+      await client.query(`CREATE SCHEMA IF NOT EXISTS ${s}`);
+      await client.query(
+        `CREATE TABLE IF NOT EXISTS ${s}.migrations (
+           version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`,
+      );
+      // Plain read under the advisory lock: no other migrate() of this schema can be writing.
+      const done = await client.query<{ version: number }>(`SELECT version FROM ${s}.migrations`);
+      const have = new Set(done.rows.map((r) => r.version));
+      const applied: number[] = [];
+      for (const m of migrations) {
+        if (have.has(m.version)) continue;
+        await client.query(m.sql.replaceAll('{{schema}}', s).replaceAll('{{channel}}', channel));
+        await client.query(`INSERT INTO ${s}.migrations (version, name) VALUES ($1, $2)`, [
+          m.version,
+          m.name,
+        ]);
+        applied.push(m.version);
+      }
+      await client.query('COMMIT');
+      const version = Math.max(0, ...have, ...applied);
+      return { applied, version };
+    } catch (e) {
+      // A failed ROLLBACK means the connection is gone: destroy the client instead of pooling it.
+      await client.query('ROLLBACK').catch((rollbackError: unknown) => {
+        broken = rollbackError instanceof Error ? rollbackError : new Error(String(rollbackError));
+      });
+      throw e;
+    } finally {
+      client.release(broken);
+    }
+  };
+  return ResultAsync.fromPromise(run(), toError);
+}

@@ -1,0 +1,129 @@
+import { err, ok, type Result } from 'neverthrow';
+import { z } from 'zod';
+import { InvalidOptions } from '../../errors/errors.js';
+
+const UNITS: Readonly<Record<string, number>> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
+
+/** A duration: milliseconds as a number, or a string such as '500ms', '2s', '5m', '1h'. */
+export const durationSchema = z
+  .union([
+    z.number().int().nonnegative(),
+    z.string().regex(/^\d+(\.\d+)?(ms|s|m|h)$/, "a duration like '500ms', '2s', '5m' or '1h'"),
+  ])
+  .transform((v) => {
+    if (typeof v === 'number') return v;
+    const match = /^(\d+(?:\.\d+)?)(ms|s|m|h)$/.exec(v);
+    return Math.round(Number(match?.[1]) * (UNITS[match?.[2] ?? 'ms'] ?? 1));
+  });
+
+/** A duration as accepted by the queue's options. */
+export type Duration = z.input<typeof durationSchema>;
+
+/** Exponential backoff with full jitter: delay = random(0, min(capMs, baseMs * 2^(attempt-1))). */
+export const backoffSchema = z.strictObject({
+  baseMs: z.number().int().min(0).max(2_147_483_647).default(1000),
+  capMs: z.number().int().min(0).max(2_147_483_647).default(3_600_000),
+});
+
+const schemaName = z
+  .string()
+  .regex(/^[a-z_][a-z0-9_]{0,40}$/, 'a lower-case identifier of at most 41 characters (letters, digits, _)');
+
+const isZodType = (v: unknown): v is z.ZodType => v instanceof z.ZodType;
+
+/** Options of `new Queue(...)` (validated; the type comes from this schema). */
+export const queueOptionsSchema = z.strictObject({
+  /** The pool the queue runs its statements on (claims, settles, reaper, LISTEN connection). */
+  pool: z.custom<import('pg').Pool>(
+    (v) => typeof v === 'object' && v !== null && 'connect' in v && 'query' in v,
+    'a pg.Pool',
+  ),
+  /** The TxManager that runs handler transactions (`ctx.transaction`) together with the completion. */
+  txManager: z.custom<{ do: unknown }>(
+    (v) => typeof v === 'object' && v !== null && 'do' in v,
+    'a TxManager',
+  ),
+  /** Schema holding the queue's tables. */
+  schema: schemaName.default('pgtxkit_queue'),
+  /** Task name → zod schema of its payload. */
+  tasks: z.record(z.string().min(1), z.custom<z.ZodType>(isZodType, 'a zod schema')),
+  /** Move completed and cancelled jobs to `jobs_archive` instead of deleting them. */
+  archive: z.boolean().default(false),
+  /** Default attempts per job (the first run counts). */
+  maxAttempts: z.number().int().min(1).max(1_000_000).default(5),
+  /** Default retry backoff. */
+  backoff: backoffSchema.default({ baseMs: 1000, capMs: 3_600_000 }),
+  /** Default lease of a claim. */
+  lease: durationSchema.default(30_000),
+});
+
+/** Options of `enqueue`. */
+export const enqueueOptionsSchema = z.strictObject({
+  /** Earliest time the job may run (default now). */
+  runAt: z.date().optional(),
+  /** Lower runs first (default 0). */
+  priority: z.number().int().min(-2_147_483_648).max(2_147_483_647).default(0),
+  /** Unique key among live (pending or running) jobs of the task; a duplicate returns the existing job. */
+  key: z.string().min(1).max(1000).optional(),
+  /** Attempts before the job is dead (default: the queue's). */
+  maxAttempts: z.number().int().min(1).max(1_000_000).optional(),
+  /** Retry backoff (default: the queue's). */
+  backoff: backoffSchema.optional(),
+});
+
+/** Options of `enqueueMany`: as `enqueue`, with `keys` aligned with the payloads instead of `key`. */
+export const enqueueManyOptionsSchema = enqueueOptionsSchema.omit({ key: true }).extend({
+  /** One unique key per payload (same order); null for a payload without a key. */
+  keys: z.array(z.string().min(1).max(1000).nullable()).optional(),
+});
+
+/** Options of `claim`. */
+export const claimOptionsSchema = z.strictObject({
+  /** How many jobs to claim at most. */
+  batch: z.number().int().min(1).max(10_000).default(1),
+  /** Lease per job (default: the queue's). */
+  lease: durationSchema.optional(),
+  /** Only these tasks (default: every task registered with the queue). */
+  tasks: z.array(z.string().min(1)).min(1).optional(),
+});
+
+/** Options of `fail`. */
+export const failOptionsSchema = z.strictObject({
+  /** Retry after exactly this long instead of the job's backoff. */
+  retryIn: durationSchema.optional(),
+  /** Make the job dead now, whatever attempts remain. */
+  final: z.boolean().default(false),
+});
+
+/** Options of `redrive`. */
+export const redriveOptionsSchema = z.strictObject({
+  /** Only dead jobs of this task. */
+  task: z.string().min(1).optional(),
+  /** Only these job ids. */
+  ids: z.array(z.union([z.string().regex(/^\d+$/), z.number().int().nonnegative()])).optional(),
+  /** At most this many jobs (default 1000). */
+  limit: z.number().int().min(1).max(1_000_000).default(1000),
+});
+
+/** Options of `reap`. */
+export const reapOptionsSchema = z.strictObject({
+  /** Jobs per statement (SKIP LOCKED batch). */
+  batch: z.number().int().min(1).max(10_000).default(500),
+  /** Stop after this many batches. */
+  maxBatches: z.number().int().min(1).max(10_000).default(20),
+});
+
+/** Parses `input` with `schema`, mapping zod's issues to {@link InvalidOptions}. */
+export function parseOptions<S extends z.ZodType>(
+  schema: S,
+  input: unknown,
+): Result<z.output<S>, InvalidOptions> {
+  const parsed = schema.safeParse(input);
+  if (parsed.success) return ok(parsed.data);
+  return err(
+    new InvalidOptions(
+      parsed.error.issues.map((i) => ({ path: i.path, message: i.message, code: i.code })),
+      parsed.error,
+    ),
+  );
+}

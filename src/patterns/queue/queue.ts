@@ -1,0 +1,619 @@
+import { err, errAsync, ok, type Result, ResultAsync } from 'neverthrow';
+import type pg from 'pg';
+import type { z } from 'zod';
+import { classify } from '../../errors/classify.js';
+import {
+  type DatabaseFailure,
+  InvalidOptions,
+  LeaseLost,
+  NotFound,
+  type TxKitError,
+  UnknownTask,
+} from '../../errors/errors.js';
+import type { Db, Queryable, Tx } from '../../tx/types.js';
+import { type EnqueuedJob, type Job, type JobLease, type JobRow, type JobState, jobFromRow } from './job.js';
+import { type MigrateResult, migrateQueue, notifyChannel } from './migrate-queue.js';
+import {
+  claimOptionsSchema,
+  enqueueManyOptionsSchema,
+  enqueueOptionsSchema,
+  failOptionsSchema,
+  parseOptions,
+  queueOptionsSchema,
+  reapOptionsSchema,
+  redriveOptionsSchema,
+} from './queue-options.js';
+import { type QueueStatements, queueStatements } from './queue-sql.js';
+import type { WorkHandlers, WorkOptionsInput } from './worker.js';
+import { Worker } from './worker.js';
+
+/** Task name → zod schema of its payload. */
+export type TaskMap = Readonly<Record<string, z.ZodType>>;
+
+/**
+ * The part of `TxManager` the queue uses: `do(fn)` runs `fn` in one transaction and returns its
+ * `Result` (an `Err` returned by `fn` rolls back and comes back as the `Err`).
+ */
+export interface QueueTxManager {
+  do<R>(fn: (tx: Tx) => R): ResultAsync<unknown, unknown>;
+}
+
+/** Options of {@link Queue} (see `queueOptionsSchema` for every field). */
+export type QueueOptions<T extends TaskMap> = Omit<
+  z.input<typeof queueOptionsSchema>,
+  'tasks' | 'txManager'
+> & {
+  readonly tasks: T;
+  readonly txManager: QueueTxManager;
+};
+/** Options of {@link Queue.enqueue}. */
+export type EnqueueOptions = z.input<typeof enqueueOptionsSchema>;
+/** Options of {@link Queue.enqueueMany}. */
+export type EnqueueManyOptions = z.input<typeof enqueueManyOptionsSchema>;
+/** Options of {@link Queue.claim}. */
+export type ClaimOptions = z.input<typeof claimOptionsSchema>;
+/** Options of {@link Queue.fail}. */
+export type FailOptions = z.input<typeof failOptionsSchema>;
+/** Options of {@link Queue.redrive}. */
+export type RedriveOptions = z.input<typeof redriveOptionsSchema>;
+/** Options of {@link Queue.reap}. */
+export type ReapOptions = z.input<typeof reapOptionsSchema>;
+
+/** What enqueue can fail with. */
+export type EnqueueError = UnknownTask | InvalidOptions | NotFound | DatabaseFailure;
+/** What a settle (complete, fail, extend) can fail with. */
+export type SettleError = LeaseLost | InvalidOptions | DatabaseFailure;
+
+/** Result of {@link Queue.enqueueMany}. */
+export interface EnqueueManyResult {
+  /** Ids of the jobs inserted, in payload order. */
+  readonly ids: readonly string[];
+  /** Payloads skipped because a live job already had their key. */
+  readonly skipped: number;
+}
+
+/** Result of {@link Queue.fail}. */
+export interface FailResult {
+  /** 'pending' (will be retried at runAt) or 'dead' (attempts used up or final). */
+  readonly state: Exclude<JobState, 'running'>;
+  /** When it runs again (meaningful when pending). */
+  readonly runAt: Date;
+}
+
+/** Result of {@link Queue.reap}. */
+export interface ReapResult {
+  /** Jobs whose lease had expired that went back to pending. */
+  readonly requeued: number;
+  /** Jobs whose lease had expired on their last attempt, now dead. */
+  readonly dead: number;
+}
+
+/** One failure to write in {@link Queue.failMany}. */
+export interface FailItem {
+  readonly job: JobLease;
+  readonly error: string;
+  readonly retryInMs?: number | undefined;
+  readonly final?: boolean | undefined;
+}
+
+/** What {@link Queue.stats} reports. */
+export interface QueueStats {
+  /** Pending jobs (including those scheduled in the future). */
+  readonly pending: number;
+  /** Pending jobs that could run now. */
+  readonly ready: number;
+  /** Running (leased) jobs. */
+  readonly running: number;
+  /** Running jobs whose lease has expired (the reaper's work; 0 in a healthy queue). */
+  readonly expired: number;
+  /** Dead jobs (attempts used up), waiting for redrive or cancel. */
+  readonly dead: number;
+  /** Age in ms of the oldest job that could run now (0 when none): the queue's lag. */
+  readonly oldestReadyMs: number;
+  /** Dead tuples of the jobs table (pg_stat_user_tables, approximate): vacuum backlog. */
+  readonly deadTuples: number;
+  /** Live tuples of the jobs table (approximate). */
+  readonly liveTuples: number;
+}
+
+/** Maps a driver error to the taxonomy; anything that is not a database failure is a defect: rethrown. */
+function dbError(e: unknown): DatabaseFailure {
+  const failure = classify(e);
+  if (failure === undefined) throw e;
+  return failure as DatabaseFailure;
+}
+
+function run<R extends pg.QueryResultRow>(
+  db: Db,
+  text: string,
+  values: readonly unknown[],
+): ResultAsync<pg.QueryResult<R>, DatabaseFailure> {
+  return ResultAsync.fromPromise((db as Queryable).query<R>(text, values), dbError);
+}
+
+const ENQUEUE_RACE_RETRIES = 5;
+
+/**
+ * A job queue in PostgreSQL on `FOR UPDATE SKIP LOCKED`, with leases fenced by a per-claim token.
+ *
+ * - `enqueue(db, …)` inside your transaction is a transactional outbox: the job exists iff the
+ *   business transaction commits; workers are woken by a NOTIFY delivered at COMMIT.
+ * - `claim` takes a batch in one statement, counts the attempt and gives a lease (token + expiry).
+ * - `complete`/`fail`/`extend` are fenced by id + token + state: a worker that lost its lease
+ *   (expired and re-queued by `reap`, re-claimed, cancelled) gets `LeaseLost` and changes nothing.
+ * - `work(handlers)` runs a worker: batched claims and settles, LISTEN wake-up with a polling
+ *   backstop, heartbeats, the reaper, handler timeouts and a two-phase graceful stop.
+ *
+ * @example
+ * const queue = new Queue({ pool, txManager: tm, tasks: { email: z.object({ to: z.string() }) } });
+ * await queue.migrate();
+ * await tm.do(async (tx) => {
+ *   await tx.query('INSERT INTO users (email) VALUES ($1)', ['a@example.com']);
+ *   return queue.enqueue(tx, 'email', { to: 'a@example.com' }); // commits with the user, or not at all
+ * });
+ * const worker = queue.work({ email: async (job) => sendMail(job.payload.to) }, { concurrency: 8 });
+ * await worker.stop();
+ */
+export class Queue<T extends TaskMap = TaskMap> {
+  /** The pool the queue's own statements run on. */
+  readonly pool: pg.Pool;
+  /** The TxManager that runs handler transactions. */
+  readonly txManager: QueueTxManager;
+  /** The schema of the queue's tables. */
+  readonly schema: string;
+  /** The NOTIFY channel workers LISTEN on. */
+  readonly channel: string;
+  /** Registered task names. */
+  readonly taskNames: readonly string[];
+  /** Default lease in ms. */
+  readonly leaseMs: number;
+  readonly #tasks: T;
+  readonly #sql: QueueStatements;
+  readonly #maxAttempts: number;
+  readonly #backoff: { readonly baseMs: number; readonly capMs: number };
+
+  /**
+   * Creates a queue handle (sends nothing to the database; call {@link Queue.migrate} once at start-up).
+   * Throws {@link InvalidOptions} on invalid options: a configuration error is a defect.
+   *
+   * @example
+   * const queue = new Queue({ pool, txManager: tm, schema: 'jobs', tasks: { resize: z.object({ url: z.url() }) } });
+   */
+  constructor(options: QueueOptions<T>) {
+    const parsed = parseOptions(queueOptionsSchema, options);
+    if (parsed.isErr()) throw parsed.error;
+    const o = parsed.value;
+    this.pool = o.pool;
+    this.txManager = options.txManager;
+    this.schema = o.schema;
+    this.channel = notifyChannel(o.schema);
+    this.#tasks = options.tasks;
+    this.taskNames = Object.freeze(Object.keys(options.tasks));
+    this.leaseMs = o.lease;
+    this.#maxAttempts = o.maxAttempts;
+    this.#backoff = o.backoff;
+    this.#sql = queueStatements(o.schema, { archive: o.archive, channel: this.channel });
+  }
+
+  /**
+   * Creates or upgrades the queue's schema (numbered migrations, once each, under a transaction-scoped
+   * advisory lock: safe when many replicas start at once).
+   *
+   * @example
+   * const migrated = await queue.migrate();
+   * if (migrated.isErr()) throw migrated.error;
+   */
+  migrate(): ResultAsync<MigrateResult, TxKitError> {
+    return migrateQueue(this.pool, this.schema);
+  }
+
+  #validate<K extends keyof T & string>(
+    task: K,
+    payload: unknown,
+  ): Result<unknown, UnknownTask | InvalidOptions> {
+    if (!Object.hasOwn(this.#tasks, task)) return err(new UnknownTask(task));
+    const schema = this.#tasks[task] as z.ZodType;
+    const parsed = schema.safeParse(payload);
+    if (parsed.success) return ok(parsed.data);
+    return err(
+      new InvalidOptions(
+        parsed.error.issues.map((i) => ({ path: ['payload', ...i.path], message: i.message, code: i.code })),
+        parsed.error,
+      ),
+    );
+  }
+
+  /**
+   * Adds a job. Pass your transaction as `db` to make it part of the business transaction (the job
+   * exists iff it commits: a transactional outbox), or the pool for a standalone insert. The payload
+   * is validated by the task's schema first: `UnknownTask` or `InvalidOptions` and nothing inserted.
+   * With `key`, a live (pending or running) job of the task with the same key is returned instead of
+   * inserting a duplicate (`created: false`).
+   *
+   * @example
+   * const job = await queue.enqueue(tx, 'email', { to: 'a@example.com' }, { key: 'welcome:42', priority: -1 });
+   * if (job.isOk() && !job.value.created) console.log('already queued', job.value.id);
+   */
+  enqueue<K extends keyof T & string>(
+    db: Db,
+    task: K,
+    payload: z.input<T[K]>,
+    options: EnqueueOptions = {},
+  ): ResultAsync<EnqueuedJob, EnqueueError> {
+    const checked = this.#validate(task, payload).andThen((value) =>
+      parseOptions(enqueueOptionsSchema, options).map((o) => ({ value, o })),
+    );
+    if (checked.isErr()) return errAsync(checked.error);
+    const { value, o } = checked.value;
+    const backoff = o.backoff ?? this.#backoff;
+    const params = [
+      task,
+      JSON.stringify(value),
+      o.priority,
+      o.runAt ?? null,
+      o.maxAttempts ?? this.#maxAttempts,
+      backoff.baseMs,
+      backoff.capMs,
+      o.key ?? null,
+    ];
+    type Row = {
+      id: string;
+      task: string;
+      state: JobState;
+      run_at: Date;
+      key: string | null;
+      created: boolean;
+    };
+    const attempt = (left: number): ResultAsync<EnqueuedJob, EnqueueError> =>
+      run<Row>(db, this.#sql.enqueue, params).andThen((res) => {
+        const row = res.rows[0];
+        if (row === undefined) {
+          // The keyed job that blocked the insert committed after this statement's snapshot (or ended
+          // meanwhile): run again with a fresh snapshot. Bounded.
+          if (left > 0) return attempt(left - 1);
+          return errAsync(new NotFound(`${this.schema}.jobs`, [o.key]));
+        }
+        return ok<EnqueuedJob, EnqueueError>({
+          id: String(row.id),
+          task: row.task,
+          state: row.state,
+          runAt: row.run_at,
+          key: row.key,
+          created: row.created,
+        });
+      });
+    return attempt(ENQUEUE_RACE_RETRIES);
+  }
+
+  /**
+   * Adds many jobs of one task in ONE statement (unnest), with one NOTIFY: thousands per round trip.
+   * Every payload is validated first; one invalid payload fails the whole call and inserts nothing.
+   *
+   * @example
+   * const r = await queue.enqueueMany(pool, 'email', users.map((u) => ({ to: u.email })));
+   * if (r.isOk()) console.log(r.value.ids.length);
+   */
+  enqueueMany<K extends keyof T & string>(
+    db: Db,
+    task: K,
+    payloads: readonly z.input<T[K]>[],
+    options: EnqueueManyOptions = {},
+  ): ResultAsync<EnqueueManyResult, EnqueueError> {
+    const parsedOptions = parseOptions(enqueueManyOptionsSchema, options);
+    if (parsedOptions.isErr()) return errAsync(parsedOptions.error);
+    const o = parsedOptions.value;
+    if (o.keys !== undefined && o.keys.length !== payloads.length) {
+      return errAsync(
+        new InvalidOptions([{ path: ['keys'], message: 'needs one key (or null) per payload' }]),
+      );
+    }
+    const values: string[] = [];
+    for (const [index, payload] of payloads.entries()) {
+      const v = this.#validate(task, payload);
+      if (v.isErr()) {
+        const e = v.error;
+        if (e.kind === 'UnknownTask') return errAsync(e);
+        return errAsync(
+          new InvalidOptions(
+            e.issues.map((i) => ({ ...i, path: [index, ...i.path] })),
+            e.cause,
+          ),
+        );
+      }
+      values.push(JSON.stringify(v.value));
+    }
+    if (values.length === 0) return ResultAsync.fromSafePromise(Promise.resolve({ ids: [], skipped: 0 }));
+    const backoff = o.backoff ?? this.#backoff;
+    return run<{ id: string }>(db, this.#sql.enqueueMany, [
+      task,
+      values,
+      o.priority,
+      o.runAt ?? null,
+      o.maxAttempts ?? this.#maxAttempts,
+      backoff.baseMs,
+      backoff.capMs,
+      o.keys ?? values.map(() => null),
+    ]).map((res) => ({ ids: res.rows.map((r) => String(r.id)), skipped: values.length - res.rows.length }));
+  }
+
+  /**
+   * Claims up to `batch` runnable jobs in one statement (MATERIALIZED CTE with FOR UPDATE SKIP
+   * LOCKED, then UPDATE … RETURNING): each gets `attempts + 1`, a fresh lease token and a lease expiry.
+   * Run them, then `complete` or `fail` each before the lease expires (or `extend` it).
+   *
+   * @example
+   * const jobs = await queue.claim({ batch: 10, lease: '1m' });
+   */
+  claim(options: ClaimOptions = {}): ResultAsync<Job[], InvalidOptions | DatabaseFailure> {
+    const parsed = parseOptions(claimOptionsSchema, options);
+    if (parsed.isErr()) return errAsync(parsed.error);
+    const o = parsed.value;
+    return run<JobRow>(this.pool, this.#sql.claim, [
+      o.batch,
+      o.lease ?? this.leaseMs,
+      o.tasks ?? this.taskNames,
+    ]).map((res) => res.rows.map(jobFromRow));
+  }
+
+  /**
+   * Completes a job (deletes it, or archives it). Fenced by id + lease token + running state: if the
+   * lease was lost meanwhile, `LeaseLost` and nothing changes. Pass a transaction as `db` to commit
+   * the completion together with the handler's own writes (exactly-once database effects).
+   *
+   * @example
+   * const done = await queue.complete(job);
+   * if (done.isErr() && done.error.kind === 'LeaseLost') console.log('someone else owns it now');
+   */
+  complete(job: JobLease, db: Db = this.pool): ResultAsync<void, SettleError> {
+    return this.completeMany([job], db).andThen((r) =>
+      r.lost.length > 0 ? err(new LeaseLost(job.id)) : ok(undefined),
+    );
+  }
+
+  /**
+   * Completes many jobs in ONE statement; reports which ones were completed and which had lost
+   * their lease.
+   *
+   * @example
+   * const r = await queue.completeMany(jobs);
+   * if (r.isOk()) console.log(r.value.completed.length, r.value.lost.length);
+   */
+  completeMany(
+    jobs: readonly JobLease[],
+    db: Db = this.pool,
+  ): ResultAsync<{ completed: string[]; lost: string[] }, DatabaseFailure> {
+    return run<{ id: string }>(db, this.#sql.complete, [
+      jobs.map((j) => j.id),
+      jobs.map((j) => j.leaseToken),
+    ]).map((res) => {
+      const done = new Set(res.rows.map((r) => String(r.id)));
+      const completed: string[] = [];
+      const lost: string[] = [];
+      for (const j of jobs) (done.has(j.id) ? completed : lost).push(j.id);
+      return { completed, lost };
+    });
+  }
+
+  /**
+   * Records a failed attempt: the job goes back to pending after its backoff (exponential, full
+   * jitter, capped) or after `retryIn`, or becomes dead when its attempts are used up (or `final`).
+   * Fenced like {@link Queue.complete}: `LeaseLost` and nothing changed when the lease was lost.
+   *
+   * @example
+   * await queue.fail(job, 'SMTP 451', { retryIn: '30s' });
+   */
+  fail(job: JobLease, error: unknown, options: FailOptions = {}): ResultAsync<FailResult, SettleError> {
+    const parsed = parseOptions(failOptionsSchema, options);
+    if (parsed.isErr()) return errAsync(parsed.error);
+    const o = parsed.value;
+    return this.failMany([{ job, error: errorText(error), retryInMs: o.retryIn, final: o.final }]).andThen(
+      (r) => {
+        const outcome = r.get(job.id);
+        return outcome === undefined ? err(new LeaseLost(job.id)) : ok(outcome);
+      },
+    );
+  }
+
+  /**
+   * Writes many failures in ONE statement. The map holds the jobs that were still ours; a job missing
+   * from it had lost its lease.
+   *
+   * @example
+   * const r = await queue.failMany([{ job, error: 'timeout' }]);
+   */
+  failMany(items: readonly FailItem[]): ResultAsync<Map<string, FailResult>, DatabaseFailure> {
+    return run<{ id: string; state: 'pending' | 'dead'; run_at: Date }>(this.pool, this.#sql.fail, [
+      items.map((i) => i.job.id),
+      items.map((i) => i.job.leaseToken),
+      items.map((i) => i.error.slice(0, 10_000)),
+      items.map((i) => i.retryInMs ?? null),
+      items.map((i) => i.final === true),
+    ]).map((res) => new Map(res.rows.map((r) => [String(r.id), { state: r.state, runAt: r.run_at }])));
+  }
+
+  /**
+   * Extends a running job's lease to now + `lease` (heartbeat). `LeaseLost` when it is no longer ours.
+   *
+   * @example
+   * const until = await queue.extend(job, '2m');
+   */
+  extend(job: JobLease, lease: number | string = this.leaseMs): ResultAsync<Date, SettleError> {
+    return this.extendMany([job], lease).andThen((r) => {
+      const until = r.get(job.id);
+      return until === undefined ? err(new LeaseLost(job.id)) : ok(until);
+    });
+  }
+
+  /**
+   * Extends many leases in one statement; the map holds the jobs still ours and their new expiry.
+   *
+   * @example
+   * const r = await queue.extendMany(jobs, '30s');
+   */
+  extendMany(
+    jobs: readonly JobLease[],
+    lease: number | string = this.leaseMs,
+  ): ResultAsync<Map<string, Date>, InvalidOptions | DatabaseFailure> {
+    const parsed = parseOptions(claimOptionsSchema.shape.lease, lease);
+    if (parsed.isErr()) return errAsync(parsed.error);
+    return run<{ id: string; lease_expires_at: Date }>(this.pool, this.#sql.extend, [
+      jobs.map((j) => j.id),
+      jobs.map((j) => j.leaseToken),
+      parsed.value ?? this.leaseMs,
+    ]).map((res) => new Map(res.rows.map((r) => [String(r.id), r.lease_expires_at])));
+  }
+
+  /**
+   * Gives running jobs back to the queue now, without charging the attempt (used by a stopping
+   * worker). Returns the ids released (the others had lost their lease already).
+   *
+   * @example
+   * await queue.release(jobs);
+   */
+  release(jobs: readonly JobLease[]): ResultAsync<string[], DatabaseFailure> {
+    if (jobs.length === 0) return ResultAsync.fromSafePromise(Promise.resolve([]));
+    return run<{ id: string }>(this.pool, this.#sql.release, [
+      jobs.map((j) => j.id),
+      jobs.map((j) => j.leaseToken),
+    ])
+      .map((res) => res.rows.map((r) => String(r.id)))
+      .andThen((ids) => run(this.pool, this.#sql.notify, []).map(() => ids));
+  }
+
+  /**
+   * Returns running jobs whose lease expired (their worker died, stalled or lost its connection) to
+   * pending after their backoff, or to dead on their last attempt. SKIP LOCKED batches, fenced by
+   * state and expiry; safe to run from every worker at once (workers run it periodically).
+   *
+   * @example
+   * const reaped = await queue.reap();
+   * if (reaped.isOk()) console.log(reaped.value.requeued, reaped.value.dead);
+   */
+  reap(options: ReapOptions = {}): ResultAsync<ReapResult, InvalidOptions | DatabaseFailure> {
+    const parsed = parseOptions(reapOptionsSchema, options);
+    if (parsed.isErr()) return errAsync(parsed.error);
+    const o = parsed.value;
+    const loop = async (): Promise<Result<ReapResult, DatabaseFailure>> => {
+      let requeued = 0;
+      let dead = 0;
+      for (let i = 0; i < o.maxBatches; i++) {
+        const r = await run<{ id: string; state: string }>(this.pool, this.#sql.reap, [o.batch]);
+        if (r.isErr()) return err(r.error);
+        for (const row of r.value.rows) row.state === 'dead' ? dead++ : requeued++;
+        if (r.value.rows.length < o.batch) break;
+      }
+      return ok({ requeued, dead });
+    };
+    return new ResultAsync(loop());
+  }
+
+  /**
+   * Cancels a job in any state (deletes it, or archives it as 'cancelled'). A worker running it gets
+   * `LeaseLost` on its settle. `NotFound` when there is no such job.
+   *
+   * @example
+   * await queue.cancel(job.id);
+   */
+  cancel(id: string | number): ResultAsync<void, NotFound | DatabaseFailure> {
+    if (!/^\d+$/.test(String(id))) return errAsync(new NotFound(`${this.schema}.jobs`, [id]));
+    return run<{ id: string }>(this.pool, this.#sql.cancel, [String(id)]).andThen((res) =>
+      res.rowCount === 0 ? err(new NotFound(`${this.schema}.jobs`, [id])) : ok(undefined),
+    );
+  }
+
+  /**
+   * Puts dead jobs back to pending with their attempts reset (optionally only a task's or some ids).
+   * Returns the ids redriven.
+   *
+   * @example
+   * const r = await queue.redrive({ task: 'email' });
+   */
+  redrive(options: RedriveOptions = {}): ResultAsync<string[], InvalidOptions | DatabaseFailure> {
+    const parsed = parseOptions(redriveOptionsSchema, options);
+    if (parsed.isErr()) return errAsync(parsed.error);
+    const o = parsed.value;
+    return run<{ id: string }>(this.pool, this.#sql.redrive, [
+      o.task ?? null,
+      o.ids?.map(String) ?? null,
+      o.limit,
+    ])
+      .map((res) => res.rows.map((r) => String(r.id)))
+      .andThen((ids) => (ids.length > 0 ? run(this.pool, this.#sql.notify, []).map(() => ids) : ok(ids)));
+  }
+
+  /**
+   * Counts jobs by state, the oldest ready job's age and the jobs table's dead tuples.
+   *
+   * @example
+   * const s = await queue.stats();
+   * if (s.isOk()) console.log(s.value.pending, s.value.oldestReadyMs, s.value.deadTuples);
+   */
+  stats(): ResultAsync<QueueStats, DatabaseFailure> {
+    type Row = {
+      pending: number;
+      ready: number;
+      running: number;
+      expired: number;
+      dead: number;
+      oldest_ready_ms: number | null;
+    };
+    return run<Row>(this.pool, this.#sql.stats, []).andThen((counts) =>
+      run<{ live: number; dead: number }>(this.pool, this.#sql.tableStats, [this.schema]).map((table) => {
+        const c = counts.rows[0];
+        const t = table.rows[0];
+        return {
+          pending: c?.pending ?? 0,
+          ready: c?.ready ?? 0,
+          running: c?.running ?? 0,
+          expired: c?.expired ?? 0,
+          dead: c?.dead ?? 0,
+          oldestReadyMs: Math.max(0, Math.round(c?.oldest_ready_ms ?? 0)),
+          deadTuples: t?.dead ?? 0,
+          liveTuples: t?.live ?? 0,
+        };
+      }),
+    );
+  }
+
+  /**
+   * Runs the fenced completion of one job on `db` (a transaction) and lets driver errors propagate
+   * unchanged, so the TxManager running the transaction can classify and retry them. Returns false
+   * when the lease was lost. Used by a handler's `ctx.transaction`.
+   *
+   * @example
+   * await tm.do(async (tx) => ((await queue.completeWithin(tx, job)) ? ok(1) : err(new LeaseLost(job.id))));
+   */
+  async completeWithin(db: Db, job: JobLease): Promise<boolean> {
+    const res = await (db as Queryable).query(this.#sql.complete, [[job.id], [job.leaseToken]]);
+    return (res.rowCount ?? 0) > 0;
+  }
+
+  /** The payload schema of a task (undefined if not registered). */
+  schemaOf(task: string): z.ZodType | undefined {
+    return Object.hasOwn(this.#tasks, task) ? this.#tasks[task] : undefined;
+  }
+
+  /**
+   * Starts a worker running `handlers` (task name → async function). Returns at once; the worker
+   * runs until `stop()` or the `signal` aborts. See `WorkOptions` for concurrency, batching, LISTEN,
+   * timeouts and the graceful stop.
+   *
+   * @example
+   * const worker = queue.work({ email: async (job, { signal }) => send(job.payload, signal) }, { concurrency: 8 });
+   * process.on('SIGTERM', () => void worker.stop());
+   */
+  work(handlers: WorkHandlers<T>, options: WorkOptionsInput = {}): Worker<T> {
+    return new Worker(this, handlers, options);
+  }
+}
+
+/** A short text for an error stored in last_error. */
+export function errorText(error: unknown): string {
+  if (error instanceof Error) return `${error.name}: ${error.message}`;
+  if (typeof error === 'string') return error;
+  try {
+    return JSON.stringify(error) ?? String(error);
+  } catch {
+    return String(error);
+  }
+}

@@ -1,0 +1,404 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import type { Job, JobEndEvent, WorkerHooks } from '../../src/patterns/queue/index.js';
+import { Queue } from '../../src/patterns/queue/index.js';
+import { gate } from '../../src/testing/gate.js';
+import { TxManager } from '../../src/tx/tx-manager.js';
+import { eventually, leaks } from '../fixtures/queue-helpers.js';
+import { useTestDatabase } from '../helpers.js';
+
+const { pool } = await useTestDatabase({ max: 30 });
+const tm = new TxManager(pool);
+const tasks = { work: z.object({ n: z.number().int() }) };
+let seq = 0;
+
+async function freshQueue() {
+  const queue = new Queue({
+    pool,
+    txManager: tm,
+    schema: `q_worker_${++seq}`,
+    tasks,
+    backoff: { baseMs: 0, capMs: 0 },
+  });
+  (await queue.migrate())._unsafeUnwrap();
+  return queue;
+}
+
+/** Hooks that record job ends and resolve when `count` jobs have ended. */
+function recorder() {
+  const ends: JobEndEvent[] = [];
+  const starts: { job: Job; at: number }[] = [];
+  const errors: { error: unknown; phase: string }[] = [];
+  const watchers: { count: number; resolve: () => void }[] = [];
+  const hooks: WorkerHooks = {
+    onJobStart: (job) => starts.push({ job, at: performance.now() }),
+    onJobEnd: (event) => {
+      ends.push(event);
+      for (const w of watchers.filter((x) => ends.length >= x.count)) w.resolve();
+    },
+    onError: (error, phase) => errors.push({ error, phase }),
+  };
+  const ended = (count: number) =>
+    new Promise<void>((resolve) => {
+      if (ends.length >= count) resolve();
+      else watchers.push({ count, resolve });
+    });
+  return { ends, starts, errors, hooks, ended };
+}
+
+async function rows(queue: Queue) {
+  const r = await pool.query<{ id: string; state: string; attempts: number; last_error: string | null }>(
+    `SELECT id, state, attempts, last_error FROM ${queue.schema}.jobs ORDER BY id`,
+  );
+  return r.rows;
+}
+
+afterEach(async () => {
+  expect(await leaks(pool)).toEqual({ checkedOut: 0, idleInTransaction: 0 });
+});
+
+describe('worker', () => {
+  it('runs every job once, batching claims and settles', async () => {
+    const queue = await freshQueue();
+    (
+      await queue.enqueueMany(
+        pool,
+        'work',
+        Array.from({ length: 300 }, (_, n) => ({ n })),
+      )
+    )._unsafeUnwrap();
+    const seen: number[] = [];
+    const rec = recorder();
+    const worker = queue.work(
+      { work: async (job) => void seen.push(job.payload.n) },
+      { concurrency: 8, batch: 8, hooks: rec.hooks },
+    );
+    await rec.ended(300);
+    await worker.stop();
+    expect(seen.sort((a, b) => a - b)).toEqual(Array.from({ length: 300 }, (_, n) => n));
+    expect(rec.ends.every((e) => e.outcome === 'completed')).toBe(true);
+    expect(worker.counters).toMatchObject({ started: 300, completed: 300, failed: 0, lost: 0, errors: 0 });
+    expect(await rows(queue)).toEqual([]);
+  });
+
+  it('a throwing handler fails the job; it is retried, then dead when attempts are used up', async () => {
+    const queue = await freshQueue();
+    const flaky = (await queue.enqueue(pool, 'work', { n: 1 }, { maxAttempts: 3 }))._unsafeUnwrap();
+    const hopeless = (await queue.enqueue(pool, 'work', { n: 2 }, { maxAttempts: 2 }))._unsafeUnwrap();
+    const runs = new Map<number, number>();
+    const rec = recorder();
+    const worker = queue.work(
+      {
+        work: async (job) => {
+          runs.set(job.payload.n, (runs.get(job.payload.n) ?? 0) + 1);
+          if (job.payload.n === 2 || job.attempts < 2) throw new Error(`fail ${job.payload.n}`);
+        },
+      },
+      { concurrency: 2, pollInterval: 20, hooks: rec.hooks },
+    );
+    await rec.ended(4);
+    await worker.stop();
+    expect(runs.get(1)).toBe(2);
+    expect(runs.get(2)).toBe(2);
+    expect(rec.ends.map((e) => `${e.job.id}:${e.outcome}`).sort()).toEqual(
+      [`${flaky.id}:failed`, `${flaky.id}:completed`, `${hopeless.id}:failed`, `${hopeless.id}:dead`].sort(),
+    );
+    expect(await rows(queue)).toEqual([
+      { id: hopeless.id, state: 'dead', attempts: 2, last_error: 'Error: fail 2' },
+    ]);
+  });
+
+  it('graceful stop: stops claiming, lets running handlers finish, flushes their settles', async () => {
+    const queue = await freshQueue();
+    (await queue.enqueueMany(pool, 'work', [{ n: 1 }, { n: 2 }, { n: 3 }]))._unsafeUnwrap();
+    const g = gate();
+    const rec = recorder();
+    const worker = queue.work(
+      { work: () => g.at('hold') },
+      { concurrency: 3, batch: 3, hooks: rec.hooks, graceMs: 30_000 },
+    );
+    await g.reached('hold', 3);
+    const stopped = worker.stop();
+    const late = (await queue.enqueue(pool, 'work', { n: 4 }))._unsafeUnwrap();
+    g.open('hold');
+    await stopped;
+    expect(rec.ends.map((e) => e.outcome)).toEqual(['completed', 'completed', 'completed']);
+    expect(await rows(queue)).toEqual([{ id: late.id, state: 'pending', attempts: 0, last_error: null }]);
+    expect(worker.active).toBe(0);
+    await worker.done;
+  });
+
+  it('prefetch: claims ahead of free slots into a local buffer; stop releases the buffered jobs', async () => {
+    const queue = await freshQueue();
+    const ids = (
+      await queue.enqueueMany(
+        pool,
+        'work',
+        [1, 2, 3, 4, 5].map((n) => ({ n })),
+      )
+    )._unsafeUnwrap().ids;
+    const g = gate();
+    const rec = recorder();
+    const worker = queue.work(
+      { work: () => g.at('hold') },
+      { concurrency: 1, prefetch: 3, batch: 10, hooks: rec.hooks },
+    );
+    await g.reached('hold');
+    await eventually(async () => (await rows(queue)).filter((r) => r.state === 'running').length === 4);
+    const stopped = worker.stop();
+    g.open('hold');
+    await stopped;
+    expect(rec.ends.map((e) => e.outcome)).toEqual(['completed']);
+    expect(worker.counters).toMatchObject({ started: 1, completed: 1, released: 3 });
+    expect(await rows(queue)).toEqual(
+      ids.slice(1).map((id) => ({ id, state: 'pending', attempts: 0, last_error: null })),
+    );
+  });
+
+  it('prefetch feeds short handlers from one claim', async () => {
+    const queue = await freshQueue();
+    (
+      await queue.enqueueMany(
+        pool,
+        'work',
+        Array.from({ length: 200 }, (_, n) => ({ n })),
+      )
+    )._unsafeUnwrap();
+    const rec = recorder();
+    const worker = queue.work(
+      { work: () => {} },
+      { concurrency: 2, prefetch: 30, batch: 32, hooks: rec.hooks },
+    );
+    await rec.ended(200);
+    await worker.stop();
+    expect(worker.counters).toMatchObject({ started: 200, completed: 200, released: 0, lost: 0 });
+    expect(await rows(queue)).toEqual([]);
+  });
+
+  it('forced stop after graceMs aborts handlers and releases their jobs without charging the attempt', async () => {
+    const queue = await freshQueue();
+    const job = (await queue.enqueue(pool, 'work', { n: 1 }))._unsafeUnwrap();
+    const g = gate();
+    const rec = recorder();
+    let sawAbort = false;
+    const worker = queue.work(
+      {
+        work: async (_job, { signal }) => {
+          await g.at('started');
+          await new Promise<void>((resolve) =>
+            signal.addEventListener('abort', () => resolve(), { once: true }),
+          );
+          sawAbort = true;
+        },
+      },
+      { concurrency: 1, hooks: rec.hooks, graceMs: 20 },
+    );
+    g.open('started');
+    await g.reached('started');
+    await worker.stop();
+    expect(sawAbort).toBe(true);
+    expect(rec.ends.map((e) => e.outcome)).toEqual(['released']);
+    expect(await rows(queue)).toEqual([{ id: job.id, state: 'pending', attempts: 0, last_error: null }]);
+  });
+
+  it('the signal option stops the worker', async () => {
+    const queue = await freshQueue();
+    const ac = new AbortController();
+    const worker = queue.work({ work: () => {} }, { signal: ac.signal });
+    ac.abort();
+    await worker.done;
+    expect(worker.active).toBe(0);
+  });
+
+  it('a handler past handlerTimeout is aborted and its job failed', async () => {
+    const queue = await freshQueue();
+    const job = (await queue.enqueue(pool, 'work', { n: 1 }, { maxAttempts: 1 }))._unsafeUnwrap();
+    const rec = recorder();
+    // The handler ignores its signal: the worker still fails the job and frees the slot.
+    const worker = queue.work(
+      { work: () => new Promise(() => {}) },
+      { handlerTimeout: 30, hooks: rec.hooks },
+    );
+    await rec.ended(1);
+    await worker.stop();
+    expect(rec.ends[0]?.outcome).toBe('dead');
+    const [r] = await rows(queue);
+    expect(r).toMatchObject({ id: job.id, state: 'dead', attempts: 1 });
+    expect(r?.last_error).toMatch(/HandlerTimeout: handler timed out after 30 ms/);
+  });
+
+  it('ctx.transaction commits the handler effects together with the completion (exactly once)', async () => {
+    const queue = await freshQueue();
+    await pool.query(`CREATE TABLE ${queue.schema}.effects (n int PRIMARY KEY)`);
+    (
+      await queue.enqueueMany(
+        pool,
+        'work',
+        Array.from({ length: 50 }, (_, n) => ({ n })),
+      )
+    )._unsafeUnwrap();
+    const rec = recorder();
+    const worker = queue.work(
+      {
+        work: async (job, ctx) => {
+          const r = await ctx.transaction((tx) =>
+            tx.query(`INSERT INTO ${queue.schema}.effects VALUES ($1)`, [job.payload.n]),
+          );
+          if (r.isErr()) throw r.error;
+        },
+      },
+      { concurrency: 4, hooks: rec.hooks },
+    );
+    await rec.ended(50);
+    await worker.stop();
+    expect(rec.ends.every((e) => e.outcome === 'completed')).toBe(true);
+    const effects = await pool.query(`SELECT count(*)::int AS n FROM ${queue.schema}.effects`);
+    expect(effects.rows[0].n).toBe(50);
+    expect(await rows(queue)).toEqual([]);
+  });
+
+  it('ctx.transaction rolls the effects back with LeaseLost when the lease was lost meanwhile', async () => {
+    const queue = await freshQueue();
+    await pool.query(`CREATE TABLE ${queue.schema}.effects (n int PRIMARY KEY)`);
+    const job = (await queue.enqueue(pool, 'work', { n: 7 }))._unsafeUnwrap();
+    const g = gate();
+    const rec = recorder();
+    let txKind: string | undefined;
+    const worker = queue.work(
+      {
+        work: async (j, ctx) => {
+          await g.at('before-tx');
+          const r = await ctx.transaction((tx) =>
+            tx.query(`INSERT INTO ${queue.schema}.effects VALUES ($1)`, [j.payload.n]),
+          );
+          txKind = r.isErr() ? r.error.kind : 'ok';
+        },
+      },
+      { concurrency: 1, hooks: rec.hooks },
+    );
+    await g.reached('before-tx');
+    (await queue.cancel(job.id))._unsafeUnwrap(); // someone else takes the job away
+    g.open('before-tx');
+    await rec.ended(1);
+    await worker.stop();
+    expect(txKind).toBe('LeaseLost');
+    expect(rec.ends[0]?.outcome).toBe('lost');
+    const effects = await pool.query(`SELECT count(*)::int AS n FROM ${queue.schema}.effects`);
+    expect(effects.rows[0].n).toBe(0);
+  });
+
+  it('extends the lease of a long handler (heartbeat) so the reaper leaves it alone', async () => {
+    const queue = await freshQueue();
+    const job = (await queue.enqueue(pool, 'work', { n: 1 }))._unsafeUnwrap();
+    const g = gate();
+    const rec = recorder();
+    const worker = queue.work(
+      { work: () => g.at('hold') },
+      { lease: 300, reapInterval: 50, hooks: rec.hooks },
+    );
+    await g.reached('hold');
+    const first = await pool.query(`SELECT lease_expires_at FROM ${queue.schema}.jobs WHERE id = $1`, [
+      job.id,
+    ]);
+    // Wait for two heartbeats (each moves the expiry), reaping all the while.
+    let extensions = 0;
+    let last = first.rows[0].lease_expires_at.getTime();
+    await eventually(async () => {
+      (await queue.reap())._unsafeUnwrap();
+      const r = await pool.query(`SELECT state, lease_expires_at FROM ${queue.schema}.jobs WHERE id = $1`, [
+        job.id,
+      ]);
+      expect(r.rows[0].state).toBe('running');
+      const at = r.rows[0].lease_expires_at.getTime();
+      if (at > last) {
+        extensions++;
+        last = at;
+      }
+      return extensions >= 2;
+    });
+    g.open('hold');
+    await rec.ended(1);
+    await worker.stop();
+    expect(rec.ends[0]?.outcome).toBe('completed');
+  });
+
+  it('aborts a handler whose lease the heartbeat finds lost', async () => {
+    const queue = await freshQueue();
+    const job = (await queue.enqueue(pool, 'work', { n: 1 }))._unsafeUnwrap();
+    const g = gate();
+    const rec = recorder();
+    let reason: unknown;
+    const worker = queue.work(
+      {
+        work: async (_j, { signal }) => {
+          await g.at('running');
+          await new Promise<void>((resolve) =>
+            signal.addEventListener('abort', () => resolve(), { once: true }),
+          );
+          reason = signal.reason;
+        },
+      },
+      { lease: 150, hooks: rec.hooks },
+    );
+    g.open('running');
+    await g.reached('running');
+    (await queue.cancel(job.id))._unsafeUnwrap();
+    await rec.ended(1);
+    await worker.stop();
+    expect(rec.ends[0]?.outcome).toBe('lost');
+    expect((reason as { kind?: string }).kind).toBe('LeaseLost');
+  });
+
+  it('keeps working after its LISTEN connection is terminated (reconnects; polling covers the gap)', async () => {
+    const queue = await freshQueue();
+    const rec = recorder();
+    const worker = queue.work({ work: () => {} }, { pollInterval: 60_000, hooks: rec.hooks });
+    await eventually(() => worker.listening);
+    await pool.query(
+      `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = $1 AND datname = current_database()`,
+      [`LISTEN "${queue.channel}"`],
+    );
+    await eventually(() => rec.errors.some((e) => e.phase === 'listen'));
+    await eventually(() => worker.listening);
+    (await queue.enqueue(pool, 'work', { n: 1 }))._unsafeUnwrap();
+    await rec.ended(1); // pollInterval is a minute: only the new LISTEN connection can have woken it
+    await worker.stop();
+    expect(rec.ends[0]?.outcome).toBe('completed');
+  });
+
+  it('LISTEN wake-up vs poll-only: enqueue → handler start latency (reported, not asserted)', async () => {
+    const measure = async (listen: boolean) => {
+      const queue = await freshQueue();
+      const rec = recorder();
+      const worker = queue.work(
+        { work: () => {} },
+        { listen, pollInterval: listen ? 60_000 : 100, hooks: rec.hooks },
+      );
+      if (listen) await eventually(() => worker.listening);
+      const latencies: number[] = [];
+      for (let i = 0; i < 25; i++) {
+        const t0 = performance.now();
+        (await queue.enqueue(pool, 'work', { n: i }))._unsafeUnwrap();
+        await rec.ended(i + 1);
+        latencies.push((rec.starts[i]?.at ?? Number.NaN) - t0);
+      }
+      await worker.stop();
+      latencies.sort((a, b) => a - b);
+      return { p50: latencies[12] ?? Number.NaN, max: latencies[24] ?? Number.NaN };
+    };
+    const listen = await measure(true);
+    const poll = await measure(false);
+    console.log(
+      `queue wake-up latency (25 jobs): LISTEN p50 ${listen.p50.toFixed(1)} ms max ${listen.max.toFixed(1)} ms; ` +
+        `poll-only (100 ms) p50 ${poll.p50.toFixed(1)} ms max ${poll.max.toFixed(1)} ms`,
+    );
+    expect(Number.isFinite(listen.p50) && Number.isFinite(poll.p50)).toBe(true);
+  });
+
+  it('refuses invalid worker options (InvalidOptions) before touching the database', async () => {
+    const queue = await freshQueue();
+    expect(() => queue.work({ work: () => {} }, { concurrency: 0 })).toThrowError(
+      expect.objectContaining({ kind: 'InvalidOptions' }),
+    );
+  });
+});
