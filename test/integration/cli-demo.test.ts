@@ -1,0 +1,117 @@
+import pg from 'pg';
+import { afterAll, describe, expect, it } from 'vitest';
+import { serverUrl } from '../helpers.js';
+import { runBin, runMain } from './cli-support.js';
+
+// Demo runs in this file are sequential (one file): the leftovers check below sees only its own run.
+const admin = new pg.Pool({ connectionString: serverUrl(), max: 2 });
+admin.on('error', () => {});
+afterAll(() => admin.end());
+
+interface DemoJson {
+  ok: boolean;
+  scenarios: {
+    id: string;
+    error?: string;
+    result?: { naive: { anomalies: number }; pattern: { anomalies: number }; anomalyLabel: string };
+  }[];
+  cascade: {
+    rootCause: number;
+    waitsFor: number;
+    report: { cascades: { rootCause: { pid: number } }[] };
+  } | null;
+}
+
+/** Bounded wait for the demo's sessions and databases to be gone (backends exit asynchronously). */
+async function leftovers(): Promise<{ sessions: number; databases: number }> {
+  let last = { sessions: -1, databases: -1 };
+  for (let i = 0; i < 500; i++) {
+    // pg_stat_activity / pg_database reads: no lock beyond AccessShare on the catalog.
+    const { rows } = await admin.query<{ sessions: number; databases: number }>(
+      `SELECT (SELECT count(*)::int FROM pg_stat_activity WHERE application_name LIKE 'demo:%') AS sessions,
+              (SELECT count(*)::int FROM pg_database WHERE datname LIKE 'demo\\_%') AS databases`,
+    );
+    last = rows[0] ?? last;
+    if (last.sessions === 0 && last.databases === 0) break;
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  return last;
+}
+
+describe('pg-txkit demo', () => {
+  it('stages the seed-003 cascade in-process: doctor names the ALTER as root cause, safeDdl resolves it', async () => {
+    const r = await runMain([
+      'demo',
+      '--url',
+      serverUrl(),
+      '--scale',
+      '0.05',
+      '--clients',
+      '4',
+      '--only',
+      'lock-queue-cascade',
+      '--json',
+    ]);
+    expect(r.code).toBe(0);
+    const out = JSON.parse(r.stdout) as DemoJson;
+    expect(out.ok).toBe(true);
+    expect(out.scenarios).toHaveLength(1);
+    expect(out.scenarios[0]?.result?.naive.anomalies).toBe(4);
+    expect(out.scenarios[0]?.result?.pattern.anomalies).toBe(0);
+    expect(out.cascade?.report.cascades[0]?.rootCause.pid).toBe(out.cascade?.rootCause);
+    expect(await leftovers()).toEqual({ sessions: 0, databases: 0 });
+  });
+
+  it('node bin/pg-txkit.js demo --scale 0.05: every scenario, 0 anomalies with the pattern, > 0 naive', async () => {
+    const r = await runBin(['demo', '--scale', '0.05', '--url', serverUrl(), '--json'], {
+      timeoutMs: 240_000,
+    });
+    expect(r.stderr).not.toMatch(/warning|FAILED|failed:/);
+    expect(r.code).toBe(0);
+    const out = JSON.parse(r.stdout) as DemoJson;
+    expect(out.scenarios.length).toBeGreaterThanOrEqual(1);
+    for (const s of out.scenarios) {
+      expect(s.error, s.id).toBeUndefined();
+      expect(s.result?.pattern.anomalies, `${s.id} pattern`).toBe(0);
+      expect(s.result?.naive.anomalies, `${s.id} naive`).toBeGreaterThan(0);
+    }
+    expect(await leftovers()).toEqual({ sessions: 0, databases: 0 });
+  }, 300_000);
+
+  it('the text summary prints one row per scenario and the doctor tree', async () => {
+    const r = await runMain([
+      'demo',
+      '--url',
+      serverUrl(),
+      '--scale',
+      '0.05',
+      '--clients',
+      '3',
+      '--only',
+      'lock-queue-cascade',
+    ]);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toContain('Lock-queue cascades (root cause)');
+    expect(r.stdout).toContain('attempt 1: gave up (LockNotAvailable 55P03)');
+    expect(r.stdout).toMatch(/lock-queue-cascade\s+safeDdl\s+3\s+0\s+/);
+    expect(r.stderr).toContain('lock-queue-cascade: ok');
+  });
+
+  it('Ctrl-C stops cleanly: exit 130, connections closed, its database dropped', async () => {
+    let sent = false;
+    const r = await runBin(['demo', '--url', serverUrl(), '--only', 'lock-queue-cascade', '--scale', '1'], {
+      timeoutMs: 60_000,
+      onStderr: (text, pid) => {
+        if (!sent && text.includes('lock-queue-cascade:')) {
+          sent = true;
+          process.kill(pid, 'SIGINT');
+        }
+      },
+    });
+    expect(sent).toBe(true);
+    expect(r.code).toBe(130);
+    expect(r.stderr).toContain('interrupted');
+    expect(r.stderr).not.toMatch(/\s+at .*\.js:\d+/);
+    expect(await leftovers()).toEqual({ sessions: 0, databases: 0 });
+  });
+});
