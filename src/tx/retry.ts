@@ -82,10 +82,16 @@ export async function withRetry<V>(
       delayMs,
     });
   };
+  // Fast path: the first attempt runs outside p-retry (most transactions never retry, and p-retry's
+  // machinery costs a few microseconds per call); its failure enters the loop below as attempt 1.
+  const first = await attempt(1);
+  if (first.done) return ok(first.value);
+  attempts = 1;
   try {
     const value = await pRetry(
       async (n: number) => {
         attempts = n;
+        if (n === 1) throw new RetryRequest(first.failure);
         const outcome = await attempt(n);
         if (outcome.done) return outcome.value;
         throw new RetryRequest(outcome.failure);

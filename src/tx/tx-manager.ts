@@ -45,6 +45,17 @@ const ISOLATION_RANK: Readonly<Record<TxSettings['isolation'], number>> = {
   serializable: 2,
 };
 
+/**
+ * Error kinds a callback may RETURN (as `err(...)`) that still count as a retryable failure: they mean
+ * the attempt is lost whatever the callback decides. `LockNotAvailable` is not among them: a returned
+ * NOWAIT / lock_timeout refusal is usually a deliberate answer (`lockRows({ wait: 'nowait' })`).
+ */
+const RETURNED_CONFLICTS: ReadonlySet<string> = new Set([
+  'SerializationFailure',
+  'DeadlockDetected',
+  'ConnectionLost',
+]);
+
 /** Wait for a second client in `requiresNew` inside a transaction, when no `acquireTimeout` is given. */
 const REQUIRES_NEW_ACQUIRE_MS = 2000;
 
@@ -121,6 +132,8 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
   readonly #als = new AsyncLocalStorage<TxHandle>();
   readonly #connect: () => Promise<pg.PoolClient>;
   readonly #defaults: TxOptions;
+  /** `#defaults` parsed, when they hold no per-call state (no signal): reused by calls without options. */
+  readonly #defaultSettings: TxSettings | undefined;
   readonly #hooks: HookRunner;
   readonly #constraints: ConstraintMap;
   readonly #slowMs: number;
@@ -147,6 +160,7 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
     this.pool = pool;
     this.strict = parsed.data.strict;
     this.#defaults = options.defaults ?? {};
+    this.#defaultSettings = defaults.value.signal === undefined ? defaults.value : undefined;
     this.#hooks = new HookRunner(options.hooks ?? {});
     this.#constraints = options.constraints ?? {};
     this.#slowMs = parsed.data.slowTransactionMs;
@@ -227,7 +241,11 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
   }
 
   async #run(fn: TxCallback<unknown>, options: TxOptions | undefined): Promise<Result<unknown, unknown>> {
-    const parsed = parseTxOptions(options, this.#defaults);
+    // Without per-call options the defaults, validated once in the constructor, are the settings.
+    const parsed =
+      options === undefined && this.#defaultSettings !== undefined
+        ? ok(this.#defaultSettings)
+        : parseTxOptions(options, this.#defaults);
     if (parsed.isErr()) return err(parsed.error);
     const settings = parsed.value;
     const active = this.#currentHandle();
@@ -275,9 +293,14 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
     try {
       const returned: unknown = await this.#als.run(handle, () => fn(handle));
       if (isResult(returned)) {
-        return returned.isOk()
-          ? { type: 'value', value: returned.value }
-          : { type: 'err', error: returned.error };
+        if (returned.isOk()) return { type: 'value', value: returned.value };
+        // A returned conflict (a pattern's Err(SerializationFailure | DeadlockDetected) or a lost
+        // connection) is the same event as a thrown one: the work cannot succeed in this attempt, only
+        // a fresh one can. It is treated as a failure, so the outermost scope retries it per `retryOn`.
+        if (returned.error instanceof TxKitError && RETURNED_CONFLICTS.has(returned.error.kind)) {
+          return { type: 'failure', failure: returned.error as DatabaseFailure };
+        }
+        return { type: 'err', error: returned.error };
       }
       return { type: 'value', value: returned };
     } catch (error) {

@@ -1,7 +1,13 @@
 import { err, ok } from 'neverthrow';
 import type pg from 'pg';
 import { afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { ConditionFailed, type RetriesExhausted } from '../../src/errors/index.js';
+import {
+  ConditionFailed,
+  DeadlockDetected,
+  LockNotAvailable,
+  type RetriesExhausted,
+  SerializationFailure,
+} from '../../src/errors/index.js';
 import { gate } from '../../src/testing/gate.js';
 import type { RetryEvent, RollbackEvent } from '../../src/tx/hooks.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
@@ -303,6 +309,24 @@ describe('retries', () => {
     });
     expect(result._unsafeUnwrap()).toBe('done');
     expect(reported).toEqual([['afterCommit', boom]]);
+  });
+
+  it('a RETURNED Err(SerializationFailure | DeadlockDetected) is retried like a thrown one; a returned LockNotAvailable is a value', async () => {
+    const tm = new TxManager(pool, { defaults: { backoff: { baseMs: 1, capMs: 2 } } });
+    const attempts: number[] = [];
+    const retried = await tm.do(async (tx) => {
+      attempts.push(tx.attempt);
+      if (tx.attempt === 1) return err(new SerializationFailure());
+      if (tx.attempt === 2) return err(new DeadlockDetected());
+      await tx.query('UPDATE acct SET n = n + 1 WHERE id = 1');
+      return ok('done');
+    });
+    expect(retried._unsafeUnwrap()).toBe('done');
+    expect(attempts).toEqual([1, 2, 3]);
+    const refused = await tm.do(async () => err(new LockNotAvailable()));
+    expect(refused._unsafeUnwrapErr().kind).toBe('LockNotAvailable');
+    const exhausted = await tm.do(async () => err(new SerializationFailure()), { maxAttempts: 2 });
+    expect(exhausted._unsafeUnwrapErr().kind).toBe('RetriesExhausted');
   });
 
   it('gives RetriesExhausted with the history of codes and delays', async () => {
