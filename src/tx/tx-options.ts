@@ -1,6 +1,7 @@
 import { err, ok, type Result } from 'neverthrow';
 import { z } from 'zod';
-import { InvalidOptions, type OptionIssue } from '../errors/index.js';
+import { InvalidOptions } from '../errors/index.js';
+import { toOptionIssues } from '../errors/parse-options.js';
 import { durationSchema } from './duration.js';
 
 /** Isolation levels accepted by {@link TxOptions.isolation}. */
@@ -155,10 +156,7 @@ export function mergeTxOptions(defaults: unknown, call: unknown): unknown {
   return merged;
 }
 
-/** Turns zod issues into the taxonomy's {@link OptionIssue}s. */
-export function toOptionIssues(issues: readonly z.core.$ZodIssue[]): OptionIssue[] {
-  return issues.map((issue) => ({ path: [...issue.path], message: issue.message, code: issue.code }));
-}
+export { toOptionIssues };
 
 /**
  * Validates transaction options (per-call merged over `defaults`). Never throws: anything invalid —

@@ -4,17 +4,40 @@ import { InvalidOptions } from '../../errors/errors.js';
 
 const UNITS: Readonly<Record<string, number>> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
 
-/** A duration: milliseconds as a number, or a string such as '500ms', '2s', '5m', '1h'. */
+/** Longest duration: timers (setTimeout) and PostgreSQL timeouts hold at most an int32 of ms. */
+const MAX_DURATION_MS = 2_147_483_647;
+
+/**
+ * A duration: milliseconds as a number, or a string such as '500ms', '2s', '5m', '1h', at most
+ * 2147483647 ms (~24.8 days). Bounded because a larger value broke things silently (found by
+ * test/property/fuzz-queue): `pollInterval: 1e12` or '99999999999999999999h' (→ Infinity) overflowed
+ * setTimeout, which then fires after 1 ms (a hot polling loop), and a lease that large made the claim
+ * fail with "interval out of range" (22008).
+ */
 export const durationSchema = z
   .union([
-    z.number().int().nonnegative(),
+    z.number().int().nonnegative().max(MAX_DURATION_MS),
     z.string().regex(/^\d+(\.\d+)?(ms|s|m|h)$/, "a duration like '500ms', '2s', '5m' or '1h'"),
   ])
-  .transform((v) => {
+  .transform((v, ctx) => {
     if (typeof v === 'number') return v;
     const match = /^(\d+(?:\.\d+)?)(ms|s|m|h)$/.exec(v);
-    return Math.round(Number(match?.[1]) * (UNITS[match?.[2] ?? 'ms'] ?? 1));
+    const ms = Math.round(Number(match?.[1]) * (UNITS[match?.[2] ?? 'ms'] ?? 1));
+    if (!Number.isSafeInteger(ms) || ms > MAX_DURATION_MS) {
+      ctx.addIssue({ code: 'custom', message: `a duration of at most ${MAX_DURATION_MS} ms` });
+      return z.NEVER;
+    }
+    return ms;
   });
+
+/**
+ * Text PostgreSQL can store: `text` cannot hold NUL (U+0000); a task name or key with one failed the
+ * INSERT with 22021 instead of being refused (found by test/property/fuzz-queue).
+ */
+const storable = (s: string): boolean => !s.includes('\u0000');
+const NO_NUL = 'must not contain NUL (U+0000): PostgreSQL text cannot store it';
+/** A task name as stored in the jobs table. */
+const taskName = z.string().min(1).refine(storable, NO_NUL);
 
 /** A duration as accepted by the queue's options. */
 export type Duration = z.input<typeof durationSchema>;
@@ -46,7 +69,7 @@ export const queueOptionsSchema = z.strictObject({
   /** Schema holding the queue's tables. */
   schema: schemaName.default('pgtxkit_queue'),
   /** Task name → zod schema of its payload. */
-  tasks: z.record(z.string().min(1), z.custom<z.ZodType>(isZodType, 'a zod schema')),
+  tasks: z.record(taskName, z.custom<z.ZodType>(isZodType, 'a zod schema')),
   /** Move completed and cancelled jobs to `jobs_archive` instead of deleting them. */
   archive: z.boolean().default(false),
   /** Default attempts per job (the first run counts). */
@@ -64,7 +87,7 @@ export const enqueueOptionsSchema = z.strictObject({
   /** Lower runs first (default 0). */
   priority: z.number().int().min(-2_147_483_648).max(2_147_483_647).default(0),
   /** Unique key among live (pending or running) jobs of the task; a duplicate returns the existing job. */
-  key: z.string().min(1).max(1000).optional(),
+  key: z.string().min(1).max(1000).refine(storable, NO_NUL).optional(),
   /** Attempts before the job is dead (default: the queue's). */
   maxAttempts: z.number().int().min(1).max(1_000_000).optional(),
   /** Retry backoff (default: the queue's). */
@@ -74,7 +97,7 @@ export const enqueueOptionsSchema = z.strictObject({
 /** Options of `enqueueMany`: as `enqueue`, with `keys` aligned with the payloads instead of `key`. */
 export const enqueueManyOptionsSchema = enqueueOptionsSchema.omit({ key: true }).extend({
   /** One unique key per payload (same order); null for a payload without a key. */
-  keys: z.array(z.string().min(1).max(1000).nullable()).optional(),
+  keys: z.array(z.string().min(1).max(1000).refine(storable, NO_NUL).nullable()).optional(),
 });
 
 /** Options of `claim`. */
@@ -84,7 +107,7 @@ export const claimOptionsSchema = z.strictObject({
   /** Lease per job (default: the queue's). */
   lease: durationSchema.optional(),
   /** Only these tasks (default: every task registered with the queue). */
-  tasks: z.array(z.string().min(1)).min(1).optional(),
+  tasks: z.array(taskName).min(1).optional(),
 });
 
 /** Options of `fail`. */
@@ -98,7 +121,7 @@ export const failOptionsSchema = z.strictObject({
 /** Options of `redrive`. */
 export const redriveOptionsSchema = z.strictObject({
   /** Only dead jobs of this task. */
-  task: z.string().min(1).optional(),
+  task: taskName.optional(),
   /** Only these job ids. */
   ids: z.array(z.union([z.string().regex(/^\d+$/), z.number().int().nonnegative()])).optional(),
   /** At most this many jobs (default 1000). */
@@ -113,17 +136,5 @@ export const reapOptionsSchema = z.strictObject({
   maxBatches: z.number().int().min(1).max(10_000).default(20),
 });
 
-/** Parses `input` with `schema`, mapping zod's issues to {@link InvalidOptions}. */
-export function parseOptions<S extends z.ZodType>(
-  schema: S,
-  input: unknown,
-): Result<z.output<S>, InvalidOptions> {
-  const parsed = schema.safeParse(input);
-  if (parsed.success) return ok(parsed.data);
-  return err(
-    new InvalidOptions(
-      parsed.error.issues.map((i) => ({ path: i.path, message: i.message, code: i.code })),
-      parsed.error,
-    ),
-  );
-}
+/** Parses `input` with `schema`, mapping zod's issues to `InvalidOptions` (the shared helper). */
+export { parseOptions } from '../../errors/parse-options.js';
