@@ -28,7 +28,7 @@ export {
   type JobEndEvent,
   type JobHandler,
   type JobOutcome,
-  Worker,
+  QueueWorker,
   type WorkerCounters,
   type WorkerHooks,
   type WorkerPhase,

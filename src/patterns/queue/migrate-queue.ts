@@ -1,9 +1,9 @@
-import { createHash } from 'node:crypto';
 import { readdir, readFile } from 'node:fs/promises';
 import { ResultAsync } from 'neverthrow';
 import pg from 'pg';
 import { classify } from '../../errors/classify.js';
 import { DbError, type TxKitError } from '../../errors/errors.js';
+import { advisoryKeyOrThrow } from '../advisory/advisory-key.js';
 
 /** What {@link migrateQueue} did. */
 export interface MigrateResult {
@@ -34,10 +34,9 @@ async function loadMigrations(): Promise<Migration[]> {
   );
 }
 
-/** Stable signed 64-bit advisory key for a schema's migrations (sha-256, not hashtext). */
+/** Stable signed 64-bit advisory key for a schema's migrations (`advisoryKey`: sha-256, not hashtext). */
 export function migrationLockKey(schema: string): string {
-  const digest = createHash('sha256').update(`pg-txkit.queue.migrate:${schema}`).digest();
-  return BigInt.asIntN(64, digest.readBigUInt64BE(0)).toString();
+  return advisoryKeyOrThrow('pg-txkit.queue.migrate', schema).toString();
 }
 
 /** The NOTIFY channel of a queue schema (unquoted). */

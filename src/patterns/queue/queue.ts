@@ -25,7 +25,7 @@ import {
 } from './queue-options.js';
 import { type QueueStatements, queueStatements } from './queue-sql.js';
 import type { WorkHandlers, WorkOptionsInput } from './worker.js';
-import { Worker } from './worker.js';
+import { QueueWorker } from './worker.js';
 
 /** Task name → zod schema of its payload. */
 export type TaskMap = Readonly<Record<string, z.ZodType>>;
@@ -134,6 +134,13 @@ function run<R extends pg.QueryResultRow>(
 const ENQUEUE_RACE_RETRIES = 5;
 
 /**
+ * A JSON text (from JSON.stringify) holding an escape jsonb refuses: NUL (`\u0000`, 22P05) or a lone
+ * surrogate (`\ud800`, 22P02; JSON.stringify escapes only unpaired surrogates). An escape preceded by
+ * an escaped backslash (`\\u0000`) is plain text and does not count.
+ */
+const NUL_IN_JSON = /(?<!\\)(?:\\\\)*\\u(?:0000|d[89a-f][0-9a-f]{2})/i;
+
+/**
  * A job queue in PostgreSQL on `FOR UPDATE SKIP LOCKED`, with leases fenced by a per-claim token.
  *
  * - `enqueue(db, …)` inside your transaction is a transactional outbox: the job exists iff the
@@ -214,7 +221,27 @@ export class Queue<T extends TaskMap = TaskMap> {
     if (!Object.hasOwn(this.#tasks, task)) return err(new UnknownTask(task));
     const schema = this.#tasks[task] as z.ZodType;
     const parsed = schema.safeParse(payload);
-    if (parsed.success) return ok(parsed.data);
+    if (parsed.success) {
+      // The payload is stored as jsonb: it must serialize (a BigInt made JSON.stringify throw a
+      // TypeError out of enqueue; undefined or a function serialize to nothing) and hold no U+0000
+      // ("\u0000", which jsonb refuses with 22P05 after validation passed). Both refused here, before
+      // SQL, like any invalid payload (found by test/property/fuzz-queue).
+      let json: string | undefined;
+      try {
+        json = JSON.stringify(parsed.data);
+      } catch (error) {
+        return err(invalidPayload(`the payload is not JSON-serializable (${errorText(error)})`));
+      }
+      if (json === undefined) return err(invalidPayload('the payload is not JSON-serializable'));
+      if (NUL_IN_JSON.test(json)) {
+        return err(
+          invalidPayload(
+            'a string in the payload holds NUL (U+0000) or a lone surrogate, which jsonb cannot store',
+          ),
+        );
+      }
+      return ok(parsed.data);
+    }
     return err(
       new InvalidOptions(
         parsed.error.issues.map((i) => ({ path: ['payload', ...i.path], message: i.message, code: i.code })),
@@ -299,6 +326,11 @@ export class Queue<T extends TaskMap = TaskMap> {
     payloads: readonly z.input<T[K]>[],
     options: EnqueueManyOptions = {},
   ): ResultAsync<EnqueueManyResult, EnqueueError> {
+    // A non-array (a type error the compiler catches) threw a TypeError from payloads.entries() (found by
+    // test/property/fuzz-queue): refused as InvalidOptions instead.
+    if (!Array.isArray(payloads)) {
+      return errAsync(new InvalidOptions([{ path: ['payloads'], message: 'payloads must be an array' }]));
+    }
     const parsedOptions = parseOptions(enqueueManyOptionsSchema, options);
     if (parsedOptions.isErr()) return errAsync(parsedOptions.error);
     const o = parsedOptions.value;
@@ -425,7 +457,10 @@ export class Queue<T extends TaskMap = TaskMap> {
     return run<{ id: string; state: 'pending' | 'dead'; run_at: Date }>(this.pool, this.#sql.fail, [
       items.map((i) => i.job.id),
       items.map((i) => i.job.leaseToken),
-      items.map((i) => i.error.slice(0, 10_000)),
+      // NUL (U+0000) cannot be stored in text: an error message holding one (binary protocols…) made
+      // the whole fail statement fail with 22021, so the job stayed running until its lease expired
+      // (found by test/property/fuzz-queue). Replaced by U+FFFD.
+      items.map((i) => i.error.slice(0, 10_000).replaceAll('\u0000', '\ufffd')),
       items.map((i) => i.retryInMs ?? null),
       items.map((i) => i.final === true),
     ]).map((res) => new Map(res.rows.map((r) => [String(r.id), { state: r.state, runAt: r.run_at }])));
@@ -602,8 +637,8 @@ export class Queue<T extends TaskMap = TaskMap> {
    * const worker = queue.work({ email: async (job, { signal }) => send(job.payload, signal) }, { concurrency: 8 });
    * process.on('SIGTERM', () => void worker.stop());
    */
-  work(handlers: WorkHandlers<T>, options: WorkOptionsInput = {}): Worker<T> {
-    return new Worker(this, handlers, options);
+  work(handlers: WorkHandlers<T>, options: WorkOptionsInput = {}): QueueWorker<T> {
+    return new QueueWorker(this, handlers, options);
   }
 }
 
@@ -614,6 +649,16 @@ export function errorText(error: unknown): string {
   try {
     return JSON.stringify(error) ?? String(error);
   } catch {
-    return String(error);
+    // String() itself throws on a null-prototype object (and on a throwing toString): fail() then
+    // rejected with a TypeError instead of recording the failure (found by test/property/fuzz-queue).
+    try {
+      return String(error);
+    } catch {
+      return Object.prototype.toString.call(error);
+    }
   }
+}
+
+function invalidPayload(message: string): InvalidOptions {
+  return new InvalidOptions([{ path: ['payload'], message }]);
 }

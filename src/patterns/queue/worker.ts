@@ -163,7 +163,7 @@ export class HandlerTimeoutError extends Error {
  * process.once('SIGTERM', () => void worker.stop());
  * await worker.done;
  */
-export class Worker<T extends TaskMap = TaskMap> {
+export class QueueWorker<T extends TaskMap = TaskMap> {
   /** Resolves when the worker has fully stopped (after stop(), or the signal's abort). */
   readonly done: Promise<void>;
   readonly #queue: Queue<T>;
