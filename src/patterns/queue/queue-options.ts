@@ -1,34 +1,13 @@
-import { err, ok, type Result } from 'neverthrow';
 import { z } from 'zod';
-import { InvalidOptions } from '../../errors/errors.js';
-
-const UNITS: Readonly<Record<string, number>> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
-
-/** Longest duration: timers (setTimeout) and PostgreSQL timeouts hold at most an int32 of ms. */
-const MAX_DURATION_MS = 2_147_483_647;
+import { durationSchema } from '../../tx/duration.js';
 
 /**
- * A duration: milliseconds as a number, or a string such as '500ms', '2s', '5m', '1h', at most
- * 2147483647 ms (~24.8 days). Bounded because a larger value broke things silently (found by
- * test/property/fuzz-queue): `pollInterval: 1e12` or '99999999999999999999h' (→ Infinity) overflowed
- * setTimeout, which then fires after 1 ms (a hot polling loop), and a lease that large made the claim
- * fail with "interval out of range" (22008).
+ * A duration: the transaction module's schema (ms as a number, or '500ms', '2s', '5m', '1h'), bounded to
+ * 2147483647 ms. Bounded because a larger value broke things silently (found by
+ * test/property/fuzz-queue): `pollInterval: 1e12` overflowed setTimeout, which then fires after 1 ms
+ * (a hot polling loop), and a lease that large made the claim fail with "interval out of range" (22008).
  */
-export const durationSchema = z
-  .union([
-    z.number().int().nonnegative().max(MAX_DURATION_MS),
-    z.string().regex(/^\d+(\.\d+)?(ms|s|m|h)$/, "a duration like '500ms', '2s', '5m' or '1h'"),
-  ])
-  .transform((v, ctx) => {
-    if (typeof v === 'number') return v;
-    const match = /^(\d+(?:\.\d+)?)(ms|s|m|h)$/.exec(v);
-    const ms = Math.round(Number(match?.[1]) * (UNITS[match?.[2] ?? 'ms'] ?? 1));
-    if (!Number.isSafeInteger(ms) || ms > MAX_DURATION_MS) {
-      ctx.addIssue({ code: 'custom', message: `a duration of at most ${MAX_DURATION_MS} ms` });
-      return z.NEVER;
-    }
-    return ms;
-  });
+export { durationSchema };
 
 /**
  * Text PostgreSQL can store: `text` cannot hold NUL (U+0000); a task name or key with one failed the
