@@ -12,6 +12,21 @@ export default defineConfig({
       { extends: true, test: { name: 'integration', include: ['test/integration/**/*.test.ts'] } },
       { extends: true, test: { name: 'property', include: ['test/property/**/*.test.ts'] } },
       {
+        // The TxManager, pattern and queue integration suites again, through a real PgBouncer in
+        // transaction pooling mode (test/helpers.ts starts one per file; what needs a session of its
+        // own — Schedule, LISTEN — uses the direct URL, see docs/pgbouncer.md).
+        extends: true,
+        test: {
+          name: 'pgbouncer',
+          include: [
+            'test/integration/tx-*.test.ts',
+            'test/integration/patterns-*.test.ts',
+            'test/integration/queue-*.test.ts',
+          ],
+          env: { PG_TXKIT_VIA_PGBOUNCER: 'transaction' },
+        },
+      },
+      {
         extends: true,
         test: { name: 'reliability', include: ['test/reliability/**/*.test.ts'], testTimeout: 180_000 },
       },

@@ -38,6 +38,8 @@ const CONNECTION_MESSAGES = [
   'Client was closed and is not queryable',
   'Query read timeout',
   'terminating connection',
+  // pg.Client's connectionTimeoutMillis ran out before the server answered.
+  'timeout expired',
 ];
 
 function fieldsOf(error: object): DriverErrorFields {

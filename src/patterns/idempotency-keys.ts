@@ -53,11 +53,21 @@ const idempotencyKeysOptionsSchema = z
 /** Options of {@link IdempotencyKeys}. */
 export type IdempotencyKeysOptions = z.input<typeof idempotencyKeysOptionsSchema>;
 
+/**
+ * A text value PostgreSQL can store: `text` cannot hold NUL (U+0000), which would fail the INSERT with
+ * 22021 inside the caller's transaction; refused up front instead (found by test/property/fuzz-patterns).
+ */
+const storableText = z
+  .string()
+  .min(1)
+  .max(512)
+  .refine((s) => !s.includes('\u0000'), 'must not contain NUL (U+0000): PostgreSQL text cannot store it');
+
 const runInputSchema = z
   .object({
-    key: z.string().min(1).max(512),
+    key: storableText,
     /** A digest of the request (method, path, body…): the same key with another fingerprint is refused. */
-    fingerprint: z.string().min(1).max(512).optional(),
+    fingerprint: storableText.optional(),
   })
   .strict();
 

@@ -36,7 +36,9 @@ const insertOnceOptionsSchema = z
     returning: z.array(columnNameSchema).min(1).optional(),
   })
   .strict()
-  .refine((o) => !Array.isArray(o.conflict) || o.conflict.every((c) => c in o.values), {
+  // Own keys only (found by test/property/fuzz-patterns.test.ts): with `c in o.values`, conflict
+  // ['toString'] passed validation through Object.prototype and reached SQL.
+  .refine((o) => !Array.isArray(o.conflict) || o.conflict.every((c) => Object.hasOwn(o.values, c)), {
     message: 'every conflict column needs a value (it is how the existing row is found)',
     path: ['conflict'],
   });
@@ -128,7 +130,8 @@ export function insertOnce<R extends pg.QueryResultRow = Record<string, unknown>
       if (row !== undefined) return okAsync({ row, created: true });
       const key = keyColumns ? okAsync(keyColumns) : conflictColumns(db, table, conflict);
       return key.andThen((cols) => {
-        const missing = cols.filter((c) => !(c in values));
+        // Own keys only: `in` would accept 'toString' or 'constructor' through Object.prototype.
+        const missing = cols.filter((c) => !Object.hasOwn(values, c));
         if (missing.length > 0) {
           throw new Error(`insertOnce: values lack the conflict column(s) ${missing.join(', ')}`);
         }

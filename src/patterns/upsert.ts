@@ -63,7 +63,9 @@ export function upsert<R extends pg.QueryResultRow = Record<string, unknown>>(
   const params: unknown[] = columns.map((c) => values[c]);
   let set: string;
   if (update === undefined || Array.isArray(update)) {
-    set = (update ?? columns).map((c) => `${quoteName(c)} = EXCLUDED.${quoteName(c)}`).join(', ');
+    // Deduplicated: `update: ['n', 'n']` would be "multiple assignments to same column" (42601) in
+    // SQL we build (found by test/property/fuzz-patterns.test.ts).
+    set = [...new Set(update ?? columns)].map((c) => `${quoteName(c)} = EXCLUDED.${quoteName(c)}`).join(', ');
   } else {
     set = Object.keys(update)
       .map((c) => {

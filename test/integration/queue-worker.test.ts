@@ -1,21 +1,30 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import pg from 'pg';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import type { Job, JobEndEvent, WorkerHooks } from '../../src/patterns/queue/index.js';
 import { Queue } from '../../src/patterns/queue/index.js';
 import { gate } from '../../src/testing/gate.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
 import { eventually, leaks } from '../fixtures/queue-helpers.js';
-import { useTestDatabase } from '../helpers.js';
+import { useTestDatabase, viaPgBouncer } from '../helpers.js';
 
-const { pool } = await useTestDatabase({ max: 30 });
+const { pool, url } = await useTestDatabase({ max: 30 });
 const tm = new TxManager(pool);
+// LISTEN needs a session of its own: behind a transaction-mode pooler (the `pgbouncer` project) the
+// LISTEN tests use a direct pool; through the pooler the worker refuses LISTEN
+// (test/integration/security-pooler-refusal.test.ts).
+const sessionPool = viaPgBouncer() ? new pg.Pool({ connectionString: url, max: 10 }) : pool;
+const sessionTm = sessionPool === pool ? tm : new TxManager(sessionPool);
+afterAll(async () => {
+  if (sessionPool !== pool) await sessionPool.end();
+});
 const tasks = { work: z.object({ n: z.number().int() }) };
 let seq = 0;
 
-async function freshQueue() {
+async function freshQueue(session = false) {
   const queue = new Queue({
-    pool,
-    txManager: tm,
+    pool: session ? sessionPool : pool,
+    txManager: session ? sessionTm : tm,
     schema: `q_worker_${++seq}`,
     tasks,
     backoff: { baseMs: 0, capMs: 0 },
@@ -71,7 +80,8 @@ describe('worker', () => {
     const rec = recorder();
     const worker = queue.work(
       { work: async (job) => void seen.push(job.payload.n) },
-      { concurrency: 8, batch: 8, hooks: rec.hooks },
+      // Behind a transaction-mode pooler the worker polls (LISTEN needs a session of its own).
+      { concurrency: 8, batch: 8, hooks: rec.hooks, listen: viaPgBouncer() === undefined },
     );
     await rec.ended(300);
     await worker.stop();
@@ -350,7 +360,7 @@ describe('worker', () => {
   });
 
   it('keeps working after its LISTEN connection is terminated (reconnects; polling covers the gap)', async () => {
-    const queue = await freshQueue();
+    const queue = await freshQueue(true);
     const rec = recorder();
     const worker = queue.work({ work: () => {} }, { pollInterval: 60_000, hooks: rec.hooks });
     await eventually(() => worker.listening);
@@ -368,7 +378,7 @@ describe('worker', () => {
 
   it('LISTEN wake-up vs poll-only: enqueue → handler start latency (reported, not asserted)', async () => {
     const measure = async (listen: boolean) => {
-      const queue = await freshQueue();
+      const queue = await freshQueue(true);
       const rec = recorder();
       const worker = queue.work(
         { work: () => {} },

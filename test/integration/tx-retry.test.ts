@@ -243,8 +243,11 @@ describe('retries', () => {
       if (alive.rowCount === 0) break;
     }
     g.open('idle');
-    expect((await result)._unsafeUnwrap()).toBe(2);
-    expect(kinds).toEqual(['ConnectionLost']);
+    // Usually 2 attempts; on a loaded machine attempt 2 may also sit idle > 50 ms between its two
+    // statements and be ended too — every failed attempt is a ConnectionLost, and only one commits.
+    const attempts = (await result)._unsafeUnwrap();
+    expect(attempts).toBeGreaterThanOrEqual(2);
+    expect(kinds).toEqual(Array(attempts - 1).fill('ConnectionLost'));
     expect((await pool.query('SELECT n FROM acct WHERE id = 2')).rows[0]).toEqual({ n: 101 });
   });
 

@@ -89,6 +89,7 @@ describe('classify', () => {
       'Connection terminated unexpectedly',
       'Client has encountered a connection error and is not queryable',
       'Client was closed and is not queryable',
+      'timeout expired', // pg.Client connectionTimeoutMillis
     ]) {
       expect(classify(new Error(message))?.kind).toBe('ConnectionLost');
     }

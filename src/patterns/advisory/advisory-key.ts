@@ -107,10 +107,24 @@ export function advisoryKeyPair(namespace: number, id: number): Result<AdvisoryK
   const first = issues[0];
   if (first) {
     return err(
-      invalid([first.path], `must be an integer in [${INT32_MIN}, ${INT32_MAX}], got ${String(first.value)}`),
+      invalid(
+        [first.path],
+        `must be an integer in [${INT32_MIN}, ${INT32_MAX}], got ${describe(first.value)}`,
+      ),
     );
   }
   return ok(Object.freeze({ namespace, id }));
+}
+
+/**
+ * A short description of a rejected value that never throws: `String()` throws a TypeError on a
+ * null-prototype object or a symbol-keyed `toPrimitive` (found by test/property/fuzz-advisory).
+ */
+function describe(value: unknown): string {
+  if (typeof value === 'number' || typeof value === 'bigint' || typeof value === 'boolean')
+    return String(value);
+  if (typeof value === 'string') return JSON.stringify(value);
+  return value === null ? 'null' : typeof value;
 }
 
 function isInt32(value: unknown): value is number {

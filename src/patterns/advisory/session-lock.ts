@@ -2,7 +2,7 @@ import { err, ok, type Result, ResultAsync } from 'neverthrow';
 import pg from 'pg';
 import { z } from 'zod';
 import {
-  type ConnectionLost,
+  ConnectionLost,
   classify,
   type DatabaseFailure,
   type InvalidOptions,
@@ -11,7 +11,7 @@ import {
   LockNotAvailable,
   TxKitError,
 } from '../../errors/index.js';
-import { durationSchema } from '../../tx/duration.js';
+import { durationSchema, MAX_DURATION_MS } from '../../tx/duration.js';
 import { type AnyAdvisoryKey, formatAdvisoryKey, isAdvisoryKey, lockTagOf } from './advisory-key.js';
 import { invalid, parseOptions } from './parse-options.js';
 
@@ -70,7 +70,13 @@ const sessionLockOptionsSchema = z
      */
     pooler: z.enum(['detect', 'direct', 'transaction']).default('detect'),
     /** `application_name` of the dedicated connection (visible in pg_stat_activity and lock reports). */
-    applicationName: z.string().min(1).max(63).default('pg-txkit:session-lock'),
+    applicationName: z
+      .string()
+      .min(1)
+      .max(63)
+      // A NUL would end the value early in the startup packet (the protocol's strings are NUL-terminated).
+      .refine((s) => !s.includes('\u0000'), 'must not contain NUL (U+0000)')
+      .default('pg-txkit:session-lock'),
     /** Called once, with the error, when the lock is lost. `lost` is aborted at the same time. */
     onLost: z.custom<(error: LeaseLost) => void>((v) => typeof v === 'function').optional(),
     /** Aborts the acquisition (a blocking wait included). */
@@ -378,7 +384,17 @@ function clientConfigOf(target: SessionLockTarget, options: Parsed): pg.ClientCo
 async function connect(config: pg.ClientConfig): Promise<pg.Client> {
   const client = new pg.Client(config);
   client.on('error', () => {}); // replaced by the SessionLock's own handler once held
-  await client.connect();
+  try {
+    await client.connect();
+  } catch (error) {
+    // pg rejects a connect slower than `connectionTimeoutMillis` with a plain Error('timeout expired'),
+    // which classify() does not recognise: it is a connection failure, not a defect (acquire() used to
+    // reject with it; found by test/property/fuzz-advisory with connectTimeout: 1).
+    if (classify(error) === undefined && error instanceof Error && /timeout/i.test(error.message)) {
+      throw new ConnectionLost(undefined, error);
+    }
+    throw error;
+  }
   return client;
 }
 
@@ -453,14 +469,18 @@ async function acquire(
       pid = await pidOf(client);
     }
     const checkTimeout = checkTimeoutOf(options);
-    const serverIdle = options.serverIdleTimeout ?? Math.max(10_000, 3 * options.checkEvery + checkTimeout);
+    // Capped at the largest value the settings accept (int32 ms): with checkEvery near that bound the
+    // sum overflowed and SET failed with 22023 (found by test/property/fuzz-advisory).
+    const serverIdle =
+      options.serverIdleTimeout ??
+      Math.min(MAX_DURATION_MS, Math.max(10_000, 3 * options.checkEvery + checkTimeout));
     const names = [
       'tcp_keepalives_idle',
       'tcp_keepalives_interval',
       'tcp_keepalives_count',
       'tcp_user_timeout',
     ];
-    const values = ['10', '5', '3', String(Math.max(1000, 2 * checkTimeout))];
+    const values = ['10', '5', '3', String(Math.min(MAX_DURATION_MS, Math.max(1000, 2 * checkTimeout)))];
     if (serverIdle > 0) {
       names.push('idle_session_timeout');
       values.push(String(serverIdle));

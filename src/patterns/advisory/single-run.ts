@@ -21,12 +21,19 @@ const tableSchema = z
   )
   .default(SINGLE_RUN_TABLE);
 
+/**
+ * PostgreSQL `text` cannot hold NUL (U+0000): such a name or key would fail the INSERT with 22021 after
+ * `fn` ran; refused as InvalidOptions up front instead (found by test/property/fuzz-advisory).
+ */
+const noNul = (s: string): boolean => !s.includes('\u0000');
+const NO_NUL = 'must not contain NUL (U+0000): PostgreSQL text cannot store it';
+
 const singleRunSpecSchema = z
   .object({
     /** The job ('daily-post'). */
-    name: z.string().min(1).max(200),
+    name: z.string().min(1).max(200).refine(noNul, NO_NUL),
     /** The occurrence of the job that must happen at most once ('2026-11-30', an order id …). */
-    key: z.string().min(1).max(500),
+    key: z.string().min(1).max(500).refine(noNul, NO_NUL),
     /** The record table (created by {@link migrateSingleRun}); default `pg_txkit_single_run`. */
     table: tableSchema,
     /** Options for the `tm.do` transaction (isolation, propagation, name, maxAttempts …). */

@@ -3,6 +3,7 @@ import pg from 'pg';
 import { z } from 'zod';
 import { LeaseLost, type TxKitError } from '../../errors/errors.js';
 import type { Tx } from '../../tx/types.js';
+import { TransactionPoolerDetected } from '../advisory/session-lock.js';
 import type { Job } from './job.js';
 import type { Queue, TaskMap } from './queue.js';
 import { errorText } from './queue.js';
@@ -542,6 +543,31 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
     }
   }
 
+  /**
+   * Probes the LISTEN session for a transaction-mode pooler, as SessionLock does: a separate connection
+   * (a new client, not a pool slot) served by the same backend pid, or our own consecutive statements
+   * served by two backends. Returns the evidence, or undefined for a real session.
+   */
+  async #poolerEvidence(client: pg.PoolClient): Promise<string | undefined> {
+    // No lock: the backend pid of a session.
+    const pidOf = async (c: pg.ClientBase) =>
+      Number((await c.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]?.pid);
+    const first = await pidOf(client);
+    const probe = new pg.Client(this.#queue.pool.options as pg.ClientConfig);
+    probe.on('error', () => {});
+    let other: number;
+    try {
+      await probe.connect();
+      other = await pidOf(probe);
+    } finally {
+      await probe.end().catch(() => {});
+    }
+    const again = await pidOf(client);
+    if (other === first) return `two connections were served by the same backend pid ${first}`;
+    if (again !== first) return `consecutive statements ran on backends ${first} and ${again}`;
+    return undefined;
+  }
+
   async #listenLoop(): Promise<void> {
     let failures = 0;
     while (!this.#stopping) {
@@ -553,6 +579,19 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
           client?.on('end', () => resolve(new Error('LISTEN connection ended')));
         });
         client.on('notification', () => this.#wake.wake());
+        // Behind a transaction-mode pooler (PgBouncer …) LISTEN "succeeds" on whichever server connection
+        // ran it, and the notifications then go to another client or nowhere: the worker was silently
+        // deaf, and a lost LISTEN backend went unnoticed (found by the pgbouncer run of the integration
+        // suite, docs/pgbouncer.md). Refuse it clearly: report TransactionPoolerDetected (phase 'listen')
+        // and stay poll-only. The probe cannot see a pooler that happens to keep us on one backend. It runs
+        // before LISTEN, so LISTEN stays the session's last statement (operators find it in pg_stat_activity).
+        const evidence = await this.#poolerEvidence(client);
+        if (evidence !== undefined) {
+          client.release(true);
+          if (!this.#stopping)
+            this.#error(new TransactionPoolerDetected(`queue worker LISTEN: ${evidence}`), 'listen');
+          return;
+        }
         // LISTEN takes no lock; it registers this session for the channel until it ends.
         await client.query(`LISTEN ${pg.escapeIdentifier(this.#queue.channel)}`);
         if (this.#stopping) {
