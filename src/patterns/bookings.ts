@@ -15,6 +15,13 @@ import { parseOptions } from './parse-options.js';
 import { runQuery } from './run-query.js';
 import { columnNameSchema, quoteName, tableNameSchema } from './sql-identifier.js';
 
+/**
+ * SQL for the signed 64-bit advisory key of a text: the first 8 bytes of its sha-256, big-endian — the
+ * same value `advisoryKey(namespace, id)` computes in JavaScript for the text `namespace:id`.
+ */
+const SHA256_KEY_SQL = (text: string): string =>
+  `('x' || left(encode(sha256(convert_to(${text}, 'UTF8')), 'hex'), 16))::bit(64)::bigint`;
+
 /** How many times book()/move() re-run their statement after a 40P01 (or an overlap that vanished). */
 const MAX_TRIES = 2;
 
@@ -95,6 +102,8 @@ export class Bookings {
   readonly during: string;
   readonly id: string;
   readonly constraint: string;
+  /** Advisory-key namespace of this table's resources (see book()): `pg-txkit.bookings:<table>`. */
+  readonly #lockNamespace: string;
 
   /** Throws `InvalidOptions` for bad identifiers (a construction-time defect, not a runtime outcome). */
   constructor(options: BookingsOptions) {
@@ -106,6 +115,7 @@ export class Bookings {
     this.id = parsed.value.id;
     const bare = parsed.value.table.split('.').pop() ?? parsed.value.table;
     this.constraint = parsed.value.constraint ?? `${bare}_no_overlap`.slice(0, 63);
+    this.#lockNamespace = `pg-txkit.bookings:${parsed.value.table}`;
   }
 
   /**
@@ -218,8 +228,16 @@ export class Bookings {
     const columns = [this.resource, this.during, ...extra].map((c) => quoteName(c));
     const placeholders = ['$1', `tstzrange($2, $3, '[)')`, ...extra.map((_, i) => `$${i + 4}`)];
     const params = [param(resource), from, to, ...extra.map((c) => param(values[c]))];
-    // Lock: ROW EXCLUSIVE; the EXCLUDE check waits on an uncommitted overlapping booking's transaction.
-    const text = `INSERT INTO ${quoteName(this.table)} (${columns.join(', ')}) VALUES (${placeholders.join(', ')}) RETURNING *`;
+    const keyParam = `$${params.length + 1}`;
+    params.push(`${this.#lockNamespace}:${String(param(resource))}`);
+    // Locks: first pg_advisory_xact_lock on the resource's key (held to the end of the transaction),
+    // which serializes bookings of ONE resource. Without it, concurrent overlapping inserts each wait
+    // inside the EXCLUDE check for the other's uncommitted row: a deadlock cycle per pair, and with many
+    // clients a livelock of 40P01s costing deadlock_timeout each. Then ROW EXCLUSIVE on the table; the
+    // EXCLUDE check still waits on an uncommitted overlapping booking of another writer (move()).
+    const text = `INSERT INTO ${quoteName(this.table)} (${columns.join(', ')})
+      SELECT ${placeholders.join(', ')} FROM (SELECT pg_advisory_xact_lock(${SHA256_KEY_SQL(keyParam)})) AS serialize
+      RETURNING *`;
     return this.#withOverlap<R>(db, text, params, resource, from, to, undefined);
   }
 
@@ -269,12 +287,25 @@ export class Bookings {
     const parsed = parseOptions(periodSchema, period);
     if (parsed.isErr()) return errAsync(parsed.error);
     const { from, to } = parsed.value;
-    // Lock: FOR NO KEY UPDATE on the moved row; the EXCLUDE check as for an insert.
-    const text = `UPDATE ${quoteName(this.table)} SET ${quoteName(this.during)} = tstzrange($2, $3, '[)')
-      WHERE ${quoteName(this.id)} = $1 RETURNING *`;
+    // Locks: the resource's advisory key first (as in book(); the resource is read from the row), then
+    // FOR NO KEY UPDATE on the moved row; the EXCLUDE check as for an insert.
+    const key = SHA256_KEY_SQL(
+      `$4 || ':' || (SELECT ${quoteName(this.resource)}::text FROM ${quoteName(this.table)} WHERE ${quoteName(this.id)} = $1)`,
+    );
+    const text = `UPDATE ${quoteName(this.table)} AS b SET ${quoteName(this.during)} = tstzrange($2, $3, '[)')
+      FROM (SELECT pg_advisory_xact_lock(${key})) AS serialize
+      WHERE b.${quoteName(this.id)} = $1 RETURNING b.*`;
     const movedId = param(parsedId.value);
     // The resource is read from the row for the Overlap report (RETURNING is empty on failure).
-    return this.#withOverlap<R>(db, text, [movedId, from, to], undefined, from, to, movedId).andThen((row) =>
+    return this.#withOverlap<R>(
+      db,
+      text,
+      [movedId, from, to, this.#lockNamespace],
+      undefined,
+      from,
+      to,
+      movedId,
+    ).andThen((row) =>
       row === undefined ? errAsync(new NotFound(this.table, [parsedId.value])) : okAsync(row),
     ) as ResultAsync<R, Overlap<R> | NotFound | InvalidOptions | DatabaseFailure>;
   }

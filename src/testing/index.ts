@@ -23,10 +23,16 @@ export {
   type StepOutcome,
 } from './schedule.js';
 export {
+  type EmbeddedPostgresPackage,
+  locateEmbeddedPostgres,
+  PG_MAJOR_ENV,
+  PG_MAJORS,
+  type PgMajor,
   type PostgresProvider,
   PostgresStartError,
   parseStartPostgresOptions,
   providerOrder,
+  resolvePgMajor,
   type StartedPostgres,
   type StartPostgresOptions,
   startPostgres,

