@@ -196,7 +196,7 @@ describe('worker', () => {
         work: async (_job, { signal }) => {
           await g.at('started');
           await new Promise<void>((resolve) =>
-            signal.addEventListener('abort', () => resolve(), { once: true }),
+            signal.aborted ? resolve() : signal.addEventListener('abort', () => resolve(), { once: true }),
           );
           sawAbort = true;
         },
@@ -343,7 +343,7 @@ describe('worker', () => {
         work: async (_j, { signal }) => {
           await g.at('running');
           await new Promise<void>((resolve) =>
-            signal.addEventListener('abort', () => resolve(), { once: true }),
+            signal.aborted ? resolve() : signal.addEventListener('abort', () => resolve(), { once: true }),
           );
           reason = signal.reason;
         },
