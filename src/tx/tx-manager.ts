@@ -14,6 +14,7 @@ import {
 } from '../errors/index.js';
 import { acquireClient } from './acquire-client.js';
 import { beginSql } from './begin-sql.js';
+import { guardClientErrors } from './guard-client-errors.js';
 import { HookRunner } from './hooks.js';
 import { planScope } from './propagation.js';
 import { withRetry } from './retry.js';
@@ -164,6 +165,9 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
     this.#hooks = new HookRunner(options.hooks ?? {});
     this.#constraints = options.constraints ?? {};
     this.#slowMs = parsed.data.slowTransactionMs;
+    // A connection error racing pool.connect() (a FATAL in the same TCP chunk as ReadyForQuery) must
+    // not crash the process before tm.do attaches its own listener (see guard-client-errors.ts).
+    guardClientErrors(pool);
     const originalConnect = pool.connect as (this: pg.Pool) => Promise<pg.PoolClient>;
     this.#connect = () => originalConnect.call(pool);
     if (this.strict) this.#guardPool(pool);

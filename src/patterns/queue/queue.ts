@@ -10,6 +10,7 @@ import {
   type TxKitError,
   UnknownTask,
 } from '../../errors/errors.js';
+import { guardClientErrors } from '../../tx/guard-client-errors.js';
 import type { Db, Queryable, Tx } from '../../tx/types.js';
 import { type EnqueuedJob, type Job, type JobLease, type JobRow, type JobState, jobFromRow } from './job.js';
 import { type MigrateResult, migrateQueue, notifyChannel } from './migrate-queue.js';
@@ -191,6 +192,9 @@ export class Queue<T extends TaskMap = TaskMap> {
     if (parsed.isErr()) throw parsed.error;
     const o = parsed.value;
     this.pool = o.pool;
+    // Reliability fix: a connection error racing pool.connect() must not crash the worker process
+    // (see guard-client-errors.ts).
+    guardClientErrors(o.pool);
     this.txManager = options.txManager;
     this.schema = o.schema;
     this.channel = notifyChannel(o.schema);
