@@ -6,6 +6,7 @@ import { z } from 'zod';
 import { Queue } from '../../src/patterns/queue/index.js';
 import { FaultProxy } from '../../src/testing/fault-proxy.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
+import { seededRandom } from '../fixtures/seeded-random.mjs';
 import { useTestDatabase } from '../helpers.js';
 
 // N worker processes burn down JOBS jobs while the test SIGKILLs workers at random, terminates their
@@ -23,18 +24,6 @@ const DIST = fileURLToPath(new URL('../../dist/index.js', import.meta.url));
 const { pool, url } = await useTestDatabase();
 const proxy = await FaultProxy.start({ target: url });
 afterAll(() => proxy.close());
-
-/** Deterministic pseudo-random numbers (mulberry32), so a failing run can be replayed by seed. */
-function random(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 it(`${JOBS} jobs, ${WORKERS} worker processes, SIGKILLs + terminated backends + dropped connections: 0 lost, 0 twice`, {
   timeout: LIMIT_MS + 30_000,
@@ -58,7 +47,7 @@ it(`${JOBS} jobs, ${WORKERS} worker processes, SIGKILLs + terminated backends + 
   (await queue.enqueueMany(pool, 'job', bad, { maxAttempts: 2, backoff }))._unsafeUnwrap();
 
   const seed = Number(process.env.QUEUE_RELIABILITY_SEED ?? Date.now() % 100_000);
-  const rnd = random(seed);
+  const rnd = seededRandom(seed);
   const children = new Set<ChildProcess>();
   let finishing = false;
   const chaos = { sigkill: 0, terminated: 0, drops: 0, respawns: 0 };

@@ -21,6 +21,7 @@ import {
   TxManager,
 } from '../../../dist/index.js';
 import { FaultProxy } from '../../../dist/testing/index.js';
+import { seededRandom } from '../../fixtures/seeded-random.mjs';
 
 const WORKER_SCRIPT = fileURLToPath(new URL('../../fixtures/reliability-worker.mjs', import.meta.url));
 const FAULT_KINDS = ['terminate', 'dropAll', 'stall', 'sigkill', 'restart'];
@@ -95,18 +96,6 @@ export function optionsFromEnv(base = {}, env = process.env) {
   return options;
 }
 
-/** Deterministic pseudo-random numbers (mulberry32), so a run's fault schedule can be replayed by seed. */
-function random(seed) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 const add = (into, from) => {
   for (const [k, v] of Object.entries(from ?? {})) into[k] = (into[k] ?? 0) + v;
@@ -125,7 +114,7 @@ export async function runMixedWorkload(input) {
   const { postgres, log = () => {}, ...rest } = input;
   const o = { ...DEFAULTS, ...rest };
   if (!o.seed) o.seed = 1 + (Date.now() % 1_000_000);
-  const rnd = random(o.seed);
+  const rnd = seededRandom(o.seed);
   const anomalies = [];
   const S = `rel_${o.seed}`;
 
