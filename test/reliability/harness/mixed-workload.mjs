@@ -254,7 +254,9 @@ export async function runMixedWorkload(input) {
       fold(child.pid);
       if (children.get(slot) === child) children.delete(slot);
       if (child.killedByHarness) {
-        if (phase === 'run') spawn(slot);
+        // A SIGKILL whose exit arrives after the run ended (during the drain) still needs its slot back:
+        // the respawn only works the queue, and sends the slot's final report at 'stop'.
+        if (phase !== 'stop') spawn(slot);
         return;
       }
       if (phase !== 'stop' || code !== 0) {
