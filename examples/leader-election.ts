@@ -1,5 +1,5 @@
-// Leader election with a session advisory lock — the one place a session lock belongs (seed 000's
-// conclusion): a long-running process that holds a dedicated connection for its whole life.
+// Leader election with a session advisory lock — the one place a session lock belongs
+// (everything shorter fits in a transaction): a long-running process that holds a dedicated connection for its whole life.
 //
 //   DATABASE_URL=postgres://… node --experimental-strip-types examples/leader-election.ts   (or tsx)
 //   (without DATABASE_URL an embedded PostgreSQL is started and removed)

@@ -1,4 +1,4 @@
-// The retry sweep of seed 000, done the way that survives serverless Postgres.
+// A retry sweep of failed publications across replicas, done the way that survives serverless Postgres.
 //
 //   DATABASE_URL=postgres://… node --experimental-strip-types examples/queue-retry-sweep.ts   (or tsx)
 //
@@ -9,7 +9,7 @@
 //   same time take different rows, never wait for each other, never publish the same post twice;
 // - the row lock is released by COMMIT/ROLLBACK — or by the server when the connection dies;
 // - bail on the first failure: do not hammer a failing API; the next tick (or replica) retries.
-// Trade-off (as in the seed): the publish call runs inside the short transaction, holding one row lock
+// Trade-off: the publish call runs inside the short transaction, holding one row lock
 // and one connection for its duration. For slow calls, use the Queue instead (claim with a lease, call
 // the API with no transaction open, complete fenced by the lease token) — see examples/queue-worker.ts.
 import pg from 'pg';

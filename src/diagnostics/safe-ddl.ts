@@ -87,7 +87,7 @@ const RETRYABLE = new Set(['LockNotAvailable', 'DeadlockDetected']);
 /**
  * Runs DDL so that it gives up instead of freezing a table: each attempt is one transaction with
  * `SET LOCAL lock_timeout` (2 s by default). While an `ALTER TABLE` waits for ACCESS EXCLUSIVE, every
- * later query on the table queues behind it (the lock-queue cascade of seed 003); with a short
+ * later query on the table queues behind it (the lock-queue cascade); with a short
  * lock_timeout the attempt fails with 55P03 after at most that long, the queue drains, and the next
  * attempt comes after a jittered backoff. Every attempt is reported (`onAttempt`, and the result).
  *

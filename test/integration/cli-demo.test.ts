@@ -39,7 +39,7 @@ async function leftovers(): Promise<{ sessions: number; databases: number }> {
 }
 
 describe('pg-txkit demo', () => {
-  it('stages the seed-003 cascade in-process: doctor names the ALTER as root cause, safeDdl resolves it', async () => {
+  it('stages the lock-queue cascade in-process: doctor names the ALTER as root cause, safeDdl resolves it', async () => {
     const r = await runMain([
       'demo',
       '--url',

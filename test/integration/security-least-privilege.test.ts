@@ -18,7 +18,7 @@ import { upsert } from '../../src/patterns/upsert.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
 import { useTestDatabase } from '../helpers.js';
 
-// The library under least privilege (issue 8): no superuser anywhere below, only the grants that
+// The library under least privilege: no superuser anywhere below, only the grants that
 // docs/security.md lists. Two roles, as in production:
 // - migrator (deploy time): CONNECT + CREATE on the database (CREATE SCHEMA for the queue, the trusted
 //   extension btree_gist) and ownership of the `app` schema it creates (tables, constraints, indexes).

@@ -6,7 +6,7 @@ import { startPgBouncer } from '../../src/testing/pgbouncer.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
 import { useTestDatabase } from '../helpers.js';
 
-// Session-scoped features refuse clearly behind a transaction-mode pooler (issue 8): the queue worker's
+// Session-scoped features refuse clearly behind a transaction-mode pooler: the queue worker's
 // LISTEN would "succeed" on whichever server connection ran it and then never hear a notification, so
 // the worker reports TransactionPoolerDetected (phase 'listen') and keeps working by polling.
 // (SessionLock's refusal is tested in pgbouncer-advisory.test.ts.)

@@ -25,7 +25,7 @@ import {
   Tally,
 } from './fuzz-support.js';
 
-// Bad-input fuzzing of the advisory-locks module (issue 8).
+// Bad-input fuzzing of the advisory-locks module.
 const { pool, url } = await useTestDatabase();
 const acquired = acquireCounter(pool);
 await installCanary(pool);

@@ -23,7 +23,7 @@ import {
   Tally,
 } from './fuzz-support.js';
 
-// Bad-input fuzzing of the queue (issue 8): options, task names, payloads, keys, durations, errors.
+// Bad-input fuzzing of the queue: options, task names, payloads, keys, durations, errors.
 const { pool } = await useTestDatabase();
 const acquired = acquireCounter(pool);
 await installCanary(pool);

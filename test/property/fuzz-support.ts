@@ -10,7 +10,7 @@ import { TxKitError } from '../../src/errors/index.js';
 /** One fixed seed for the whole suite: a failure prints its path and replays exactly. */
 export const FUZZ_SEED = 0x7c_15_20_26;
 
-/** Runs per function in total across the suite (issue 8): split between the tests of a function. */
+/** Runs per function in total across the suite: split between the tests of a function. */
 export const RUNS = 10_000;
 
 /** The tables injection attempts aim at: the canary must survive, nothing may be written to `fuzz_injected`. */

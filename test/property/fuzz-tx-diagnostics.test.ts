@@ -22,7 +22,7 @@ import {
   Tally,
 } from './fuzz-support.js';
 
-// Bad-input fuzzing of TxManager options and the diagnostics module (issue 8).
+// Bad-input fuzzing of TxManager options and the diagnostics module.
 const { pool, url } = await useTestDatabase();
 const acquired = acquireCounter(pool);
 await installCanary(pool);

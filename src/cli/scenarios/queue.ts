@@ -122,7 +122,7 @@ async function runQueue(context: ScenarioContext): Promise<ScenarioResult> {
 }
 
 /**
- * 'queue-retry-sweep' (seed 000): posts whose channel publish failed are retried by every replica's
+ * 'queue-retry-sweep': posts whose channel publish failed are retried by every replica's
  * periodic sweep. Naive: each replica reads all unposted rows, publishes, marks them — replicas
  * publish the same post twice. Pattern: one row per short transaction with FOR UPDATE SKIP LOCKED,
  * bail on the first failure, no session locks: each post is published once, and a crashed replica's
@@ -182,7 +182,7 @@ async function runRetrySweep(context: ScenarioContext): Promise<ScenarioResult> 
       t0,
     );
 
-    // Pattern: the seed's fix, one row per short transaction.
+    // Pattern: one row per short transaction, locked with SKIP LOCKED.
     t0 = performance.now();
     for (let tick = 0; tick < ticks && !context.signal.aborted; tick++) {
       await withClients(context.url, replicas, async (c, replica) => {
@@ -250,7 +250,7 @@ export const scenarios: Scenario[] = [
   },
   {
     id: 'queue-retry-sweep',
-    title: 'Retry sweep across replicas (seed 000)',
+    title: 'Retry sweep across replicas',
     pattern: 'FOR UPDATE SKIP LOCKED sweep',
     run: runRetrySweep,
   },

@@ -91,7 +91,7 @@ export function advisoryKeyOrThrow(namespace: string, id: string | number | bigi
 }
 
 /**
- * The two-int32 form `(namespace, id)` of seed-style numbered namespaces
+ * The two-int32 form `(namespace, id)` of numbered namespaces
  * (`pg_try_advisory_xact_lock(30, tenantId)`), with range checks: both must be integers in
  * [-2^31, 2^31 - 1], else `InvalidOptions`. Interoperates with SQL written by hand that uses the
  * two-argument lock functions.

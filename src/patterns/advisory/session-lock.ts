@@ -111,7 +111,7 @@ export interface SessionLockReleased {
 const PID_SQL = 'SELECT pg_backend_pid() AS pid';
 
 // No lock: makes the server end this session (and so drop its lock) if we go quiet — the server-side
-// bound on an orphaned lock (seed 000: a backend that never noticed its client was gone). Only
+// bound on an orphaned lock (a backend that never noticed its client was gone, after a serverless proxy cut the TCP connection). Only
 // settings this server knows are set (idle_session_timeout is PostgreSQL 14+).
 const SESSION_SETTINGS_SQL = `SELECT set_config(s.name, s.value, false)
   FROM unnest($1::text[], $2::text[]) AS s(name, value)
@@ -154,17 +154,17 @@ interface HeldLock {
  * A session-scoped advisory lock for long-lived leaders (a scheduler, a singleton consumer) — and only
  * for them: everything that fits in a transaction should use {@link withAdvisoryLock}.
  *
- * What it does about seed 000's incidents:
+ * What it does about the classic session-lock incidents on pooled and serverless Postgres:
  * - Its own dedicated `pg.Client` (a new connection made from the pool's options, never a pool slot):
  *   lock and unlock always run on that same session, no other query can borrow it, and the pool's
- *   capacity is untouched. A session lock through `pool.query` is the iteration-2 leak.
+ *   capacity is untouched. A session lock through `pool.query` leaks: lock and unlock land on different pooled clients.
  * - Liveness check every `checkEvery`: `pg_backend_pid()` unchanged AND `pg_locks` still shows our lock,
  *   with a client-side timeout (`checkTimeout`) so a black-holed TCP connection is noticed. On failure,
  *   on a socket error or on the server ending the session, the connection is destroyed, `lost`
  *   (an AbortSignal) is aborted with a `LeaseLost`, and `onLost` is called: stop leading at once.
  * - `idle_session_timeout` (+ TCP keepalive/user-timeout settings) on its session: if this process goes
  *   quiet, the server ends the session and frees the lock after `serverIdleTimeout` instead of keeping
- *   an orphan for hours (iteration 3).
+ *   an orphan for hours (what happens when a provider's proxy cuts the TCP connection while the lock is held).
  * - Refuses transaction-mode poolers (`TransactionPoolerDetected`), detected by a probe or declared.
  *
  * Limits: a lock proves the connection was alive at the last check, not that this process is the only

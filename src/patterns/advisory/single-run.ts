@@ -99,7 +99,7 @@ export async function migrateSingleRun(
  *   transaction-scoped try-lock: no waiting, nothing leaks if a connection dies).
  * - `fn` returns an `Err`, throws, or the transaction fails → nothing is recorded, so another replica
  *   (or the next cron tick) can do the job. A replica that cannot finish the job (no publish
- *   credentials, seed 000 iteration 4) must check that first and return an `Err`: it never claims it.
+ *   credentials — a developer's laptop that won the production lock) must check that first and return an `Err`: it never claims it.
  * - `fn`'s return value must be JSON-serializable (it is stored as jsonb).
  *
  * A lock is not idempotency: the lock stops two simultaneous runs; the record is what makes it once.

@@ -52,7 +52,7 @@ export type AdvisoryLockError = LockBusy | LockNotAvailable | InvalidOptions;
  * - Runs through `tm.do`: joins the current transaction when there is one (the lock then lasts until
  *   that outer transaction ends), else starts one. The locks are released by COMMIT or ROLLBACK — also
  *   when the connection dies, because the server aborts the transaction — so they cannot leak into a
- *   pool the way session locks do (seed 000).
+ *   pool the way session locks do through a pooled or serverless connection.
  * - Several keys are deduplicated, sorted (bigint keys ascending, then pairs) and taken in ONE statement
  *   in that order, so two callers naming the same keys in any order cannot deadlock.
  * - `wait: 'try'`: if any key is busy → `Err(LockBusy)` with the busy keys and `fn` is NOT called.
@@ -60,7 +60,7 @@ export type AdvisoryLockError = LockBusy | LockNotAvailable | InvalidOptions;
  *   once when this call owns the transaction).
  * - `wait: 'block'` with `lockTimeout`: a wait longer than that → `Err(LockNotAvailable)`. It is
  *   returned as a value and NOT retried here (even though TxManager retries 55P03 by default): the
- *   bound is the whole wait; retrying is the caller's choice (with jitter, per seed 004). Inside an
+ *   bound is the whole wait; retrying is the caller's choice (with jitter, so that waiters do not retry in step). Inside an
  *   outer transaction, that transaction is aborted by the 55P03 (PostgreSQL semantics) — use
  *   `tx: { propagation: 'nested' }` to contain it in a savepoint.
  * - Any other database error in `fn` follows `tm.do`'s rules (classified, retried when retryable:

@@ -53,7 +53,7 @@ function toError(e: unknown): TxKitError {
  * in one transaction, under `pg_advisory_xact_lock` on a key derived from the schema name. Two
  * processes starting at once serialize on that lock: the second sees the first one's versions in the
  * migrations table and applies nothing. The lock is transaction-scoped, so a crash or a dropped
- * connection can never leave it held (seed 000).
+ * connection can never leave it held (a session lock outlives a cut connection on serverless Postgres).
  *
  * @example
  * const result = await migrateQueue(pool, 'pgtxkit_queue');
