@@ -1,5 +1,5 @@
 import { afterAll, beforeEach, describe, expect, it } from 'vitest';
-import { advisoryKeyOrThrow, keyFromLockTag } from '../../src/patterns/advisory/advisory-key.js';
+import { advisoryKey, keyFromLockTag } from '../../src/patterns/advisory/advisory-key.js';
 import { Bookings } from '../../src/patterns/bookings.js';
 import { gate } from '../../src/testing/gate.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
@@ -163,7 +163,7 @@ describe('Bookings', () => {
 
   it("book() and move() hold the resource's advisory key (= advisoryKey) until the transaction ends", async () => {
     const booked = (await rooms.book<Booking>(pool, { resource: 7, from: at(8), to: at(9) }))._unsafeUnwrap();
-    const expected = advisoryKeyOrThrow('pg-txkit.bookings', 'hotel.room_bookings:7');
+    const expected = advisoryKey('pg-txkit.bookings', 'hotel.room_bookings:7');
     const held = await tm.doOrThrow(async (tx) => {
       (await rooms.move(tx, booked.id, { from: at(9), to: at(10) }))._unsafeUnwrap();
       (await rooms.book(tx, { resource: 7, from: at(11), to: at(12) }))._unsafeUnwrap();

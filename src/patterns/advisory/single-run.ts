@@ -123,8 +123,8 @@ export function singleRun<T, E = never, C extends Record<string, unknown> = Reco
   const parsed = parseOptions(singleRunSpecSchema, spec);
   if (parsed.isErr()) return errAsync(parsed.error);
   const { name, key, table, tx: txOptions } = parsed.value;
+  // The namespace holds a validated table name (no ':'), so this cannot throw.
   const lockKey = advisoryKey(`pg-txkit/single-run/${table}`, JSON.stringify([name, key]));
-  if (lockKey.isErr()) return errAsync(lockKey.error);
   const qt = quoteTable(table);
   // No lock: plain read of the run record (a committed run is final, so reading it is enough).
   const selectSql = `SELECT result, completed_at FROM ${qt} WHERE name = $1 AND key = $2`;
@@ -143,7 +143,7 @@ export function singleRun<T, E = never, C extends Record<string, unknown> = Reco
     // Cheap exit for the common repeat, before taking any lock.
     const before = await alreadyDone(tx);
     if (before) return err(before);
-    const locked = await acquireXactLocks(tx, [lockKey.value], { wait: 'try' });
+    const locked = await acquireXactLocks(tx, [lockKey], { wait: 'try' });
     if (locked.isErr()) return err(locked.error as LockBusy);
     // Re-read under the lock: the previous holder may have committed between our read and our lock
     // (in read committed this statement's snapshot is taken after the lock was granted).
