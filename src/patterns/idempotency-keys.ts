@@ -1,4 +1,3 @@
-import { createHash } from 'node:crypto';
 import { Err, err, errAsync, Ok, ok, type Result, ResultAsync } from 'neverthrow';
 import { z } from 'zod';
 import {
@@ -11,6 +10,7 @@ import {
 import type { ErrOf, OkOf, TxManager } from '../tx/tx-manager.js';
 import type { ConstraintErrors } from '../tx/tx-manager-options.js';
 import type { Tx } from '../tx/types.js';
+import { advisoryKey } from './advisory/advisory-key.js';
 import { parseOptions } from './parse-options.js';
 import { quoteName, tableNameSchema } from './sql-identifier.js';
 
@@ -328,10 +328,10 @@ function isResult(value: unknown): value is Result<unknown, unknown> {
   return value instanceof Ok || value instanceof Err;
 }
 
-/** Signed 64-bit advisory key from a sha-256 digest (stable across processes; never hashtext). */
+/**
+ * Signed 64-bit advisory key of a text: `advisoryKey('pg-txkit', 'idempotency:<text>')` (sha-256, stable
+ * across processes; never hashtext) — the same value as in earlier versions.
+ */
 function digest(text: string): string {
-  return BigInt.asIntN(
-    64,
-    createHash('sha256').update(`pg-txkit:idempotency:${text}`).digest().readBigUInt64BE(),
-  ).toString();
+  return advisoryKey('pg-txkit', `idempotency:${text}`).toString();
 }

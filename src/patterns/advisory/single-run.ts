@@ -1,11 +1,18 @@
 import { err, errAsync, ok, type Result, type ResultAsync } from 'neverthrow';
 import pg from 'pg';
 import { z } from 'zod';
-import { AlreadyDone, type InvalidOptions, type LockBusy, type TxError } from '../../errors/index.js';
+import {
+  AlreadyDone,
+  type DatabaseFailure,
+  type InvalidOptions,
+  type LockBusy,
+  type TxError,
+} from '../../errors/index.js';
 import type { TxManager } from '../../tx/tx-manager.js';
 import type { ConstraintErrors } from '../../tx/tx-manager-options.js';
 import type { TxOptions } from '../../tx/tx-options.js';
 import type { Queryable, Tx } from '../../tx/types.js';
+import { runMigration } from '../run-migration.js';
 import { advisoryKey } from './advisory-key.js';
 import { parseOptions } from './parse-options.js';
 import { acquireXactLocks, type LockedCallback, toResult } from './with-advisory-lock.js';
@@ -74,7 +81,10 @@ export function singleRunTableSql(table: string = SINGLE_RUN_TABLE): string {
 }
 
 /**
- * Creates the table {@link singleRun} records runs in (idempotent).
+ * Creates the table {@link singleRun} records runs in (idempotent). Safe from many processes at once:
+ * the CREATE runs under a transaction-scoped advisory lock (concurrent `CREATE TABLE IF NOT EXISTS`
+ * otherwise race in the catalog), and it always resolves to a Result — a lock wait past 5 s, missing
+ * privileges or a lost connection is an `Err`, never a rejected promise.
  *
  * @example
  * await migrateSingleRun(pool); // or migrateSingleRun(pool, { table: 'jobs.single_run' })
@@ -82,11 +92,13 @@ export function singleRunTableSql(table: string = SINGLE_RUN_TABLE): string {
 export async function migrateSingleRun(
   db: Queryable,
   options: { readonly table?: string } = {},
-): Promise<Result<void, InvalidOptions>> {
+): Promise<Result<void, InvalidOptions | DatabaseFailure>> {
   const parsed = parseOptions(z.object({ table: tableSchema }).strict(), options);
   if (parsed.isErr()) return err(parsed.error);
-  await db.query(singleRunTableSql(parsed.value.table));
-  return ok(undefined);
+  const table = parsed.value.table;
+  return runMigration(db, { name: `single-run:${table}` }, async (q) => {
+    await q.query(singleRunTableSql(table));
+  });
 }
 
 /**
