@@ -14,7 +14,7 @@ import { type Db, inTransaction, type Queryable } from '../tx/types.js';
 import { parseOptions } from './parse-options.js';
 import { runMigration } from './run-migration.js';
 import { runQuery } from './run-query.js';
-import { columnNameSchema, quoteName, tableNameSchema } from './sql-identifier.js';
+import { columnNameSchema, derivedName, quoteName, tableNameSchema } from './sql-identifier.js';
 
 /**
  * SQL for the signed 64-bit advisory key of a text: the first 8 bytes of its sha-256, big-endian — the
@@ -36,7 +36,10 @@ const bookingsOptionsSchema = z
     during: columnNameSchema,
     /** The primary key column used by cancel()/move(): default 'id'. */
     id: columnNameSchema.default('id'),
-    /** Name of the EXCLUDE constraint migrate() adds: default `<table>_no_overlap`. */
+    /**
+     * Name of the EXCLUDE constraint migrate() adds: default `<table>_no_overlap` (shortened with a hash
+     * when longer than PostgreSQL's 63 bytes).
+     */
     constraint: columnNameSchema.optional(),
   })
   .strict();
@@ -115,7 +118,7 @@ export class Bookings {
     this.during = parsed.value.during;
     this.id = parsed.value.id;
     const bare = parsed.value.table.split('.').pop() ?? parsed.value.table;
-    this.constraint = parsed.value.constraint ?? `${bare}_no_overlap`.slice(0, 63);
+    this.constraint = parsed.value.constraint ?? derivedName(bare, 'no_overlap');
     this.#lockNamespace = `pg-txkit.bookings:${parsed.value.table}`;
   }
 
@@ -172,6 +175,20 @@ export class Bookings {
         return { created: true };
       },
     );
+  }
+
+  /**
+   * Is `name` the constraint that enforces our invariant: the configured name, or an exclusion
+   * constraint of the table with our definition (migrate() accepts one under another name)?
+   */
+  async #isOwnConstraint(q: Queryable, name: string | undefined): Promise<boolean> {
+    if (name === undefined || name === this.constraint) return true;
+    // Catalog read (no lock beyond the catalog's ACCESS SHARE): that constraint's definition.
+    const found = await q.query<{ def: string }>(
+      `SELECT pg_get_constraintdef(oid) AS def FROM pg_constraint WHERE conrelid = $1::regclass AND conname = $2 AND contype = 'x'`,
+      [quoteName(this.table), name],
+    );
+    return found.rows.some((c) => this.#isOurDefinition(c.def));
   }
 
   /** Is this `pg_get_constraintdef` text our EXCLUDE definition (under whatever name)? */
@@ -345,6 +362,9 @@ export class Bookings {
         last = result.error;
         if (last.kind === 'DeadlockDetected') continue;
         if (last.kind !== 'ExclusionViolation') return err(last);
+        // Only our constraint means "overlapping booking"; another exclusion constraint of the table (a
+        // guest in one room at a time …) is reported as itself.
+        if (!(await this.#isOwnConstraint(q, last.constraint))) return err(last);
         const rows = await conflicting();
         if (rows.isErr()) return err(rows.error);
         if (rows.value.length > 0 || n === MAX_TRIES) {

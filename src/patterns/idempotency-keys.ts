@@ -12,7 +12,7 @@ import type { ConstraintErrors } from '../tx/tx-manager-options.js';
 import type { Tx } from '../tx/types.js';
 import { advisoryKey } from './advisory/advisory-key.js';
 import { parseOptions } from './parse-options.js';
-import { quoteName, tableNameSchema } from './sql-identifier.js';
+import { derivedName, quoteName, tableNameSchema } from './sql-identifier.js';
 
 const UNIT_MS: Readonly<Record<string, number>> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
 
@@ -163,7 +163,7 @@ export class IdempotencyKeys<C extends Record<string, unknown> = Record<never, n
             completed_at timestamptz
           )`);
           await tx.query(
-            `CREATE INDEX IF NOT EXISTS ${quoteName(`${bare}_created_at_idx`.slice(0, 63))} ON ${t} (created_at)`,
+            `CREATE INDEX IF NOT EXISTS ${quoteName(derivedName(bare, 'created_at_idx'))} ON ${t} (created_at)`,
           );
         },
         { propagation: 'requiresNew', name: 'IdempotencyKeys.migrate' },

@@ -148,6 +148,20 @@ describe('IdempotencyKeys', () => {
     expect((await keys.expire('soon'))._unsafeUnwrapErr().kind).toBe('InvalidOptions');
   });
 
+  it('a 63-character table name: migrate() creates the created_at index under a name that fits', async () => {
+    const long = `k${'y'.repeat(62)}`;
+    const longKeys = new IdempotencyKeys(tm, { table: long });
+    (await longKeys.migrate())._unsafeUnwrap();
+    const idx = await pool.query<{ indexname: string; indexdef: string }>(
+      'SELECT indexname, indexdef FROM pg_indexes WHERE tablename = $1 ORDER BY indexname',
+      [long],
+    );
+    const createdAt = idx.rows.filter((r) => r.indexdef.includes('(created_at)'));
+    expect(createdAt).toHaveLength(1);
+    expect(Buffer.byteLength(createdAt[0]!.indexname)).toBeLessThanOrEqual(63);
+    expect((await longKeys.migrate()).isOk()).toBe(true);
+  });
+
   it('bad keys and options → InvalidOptions before SQL', async () => {
     expect((await keys.run('', pay(1)))._unsafeUnwrapErr().kind).toBe('InvalidOptions');
     expect((await keys.run('k', pay(1), { fingerprint: '' }))._unsafeUnwrapErr().kind).toBe('InvalidOptions');
