@@ -13,6 +13,7 @@ import type { ConstraintErrors } from '../../tx/tx-manager-options.js';
 import type { TxOptions } from '../../tx/tx-options.js';
 import type { Queryable, Tx } from '../../tx/types.js';
 import { runMigration } from '../run-migration.js';
+import { decodeStoredResult, encodeStoredResult } from '../stored-result.js';
 import { advisoryKey } from './advisory-key.js';
 import { parseOptions } from './parse-options.js';
 import { acquireXactLocks, type LockedCallback, toResult } from './with-advisory-lock.js';
@@ -112,7 +113,8 @@ export async function migrateSingleRun(
  * - `fn` returns an `Err`, throws, or the transaction fails → nothing is recorded, so another replica
  *   (or the next cron tick) can do the job. A replica that cannot finish the job (no publish
  *   credentials, seed 000 iteration 4) must check that first and return an `Err`: it never claims it.
- * - `fn`'s return value must be JSON-serializable (it is stored as jsonb).
+ * - `fn`'s return value is stored as jsonb: BigInts are kept (tagged) and come back as BigInts; a value
+ *   JSON cannot hold (a cycle) → `InvalidOptions` and nothing is recorded (fn's effects roll back).
  *
  * A lock is not idempotency: the lock stops two simultaneous runs; the record is what makes it once.
  * Effects outside the database (HTTP, messaging) are not covered by the transaction: register them
@@ -148,7 +150,7 @@ export function singleRun<T, E = never, C extends Record<string, unknown> = Reco
   const alreadyDone = async (tx: Queryable): Promise<AlreadyDone<unknown> | undefined> => {
     const { rows } = await tx.query<{ result: unknown; completed_at: Date }>(selectSql, [name, key]);
     const row = rows[0];
-    return row ? new AlreadyDone<unknown>(row.result, row.completed_at) : undefined;
+    return row ? new AlreadyDone<unknown>(decodeStoredResult(row.result), row.completed_at) : undefined;
   };
 
   return tm.do(async (tx: Tx): Promise<Result<T, E | SingleRunError>> => {
@@ -163,8 +165,9 @@ export function singleRun<T, E = never, C extends Record<string, unknown> = Reco
     if (after) return err(after);
     const result = toResult<T, E>(await fn(tx));
     if (result.isErr()) return err(result.error);
-    const json = JSON.stringify(result.value === undefined ? null : result.value);
-    const inserted = await tx.query(insertSql, [name, key, json]);
+    const json = encodeStoredResult(result.value);
+    if (json.isErr()) return err(json.error); // rolls back fn's effects: nothing recorded
+    const inserted = await tx.query(insertSql, [name, key, json.value]);
     if (inserted.rowCount === 0) {
       // Only reachable when the snapshot predates a concurrent run's commit: give up our effects.
       return err((await alreadyDone(tx)) ?? new AlreadyDone<unknown>(null));
