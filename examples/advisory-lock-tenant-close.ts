@@ -11,7 +11,7 @@
 //   in one statement, so opposite orders cannot deadlock.
 // - A lock is not idempotency: the close is recorded with a unique constraint too (ON CONFLICT DO NOTHING).
 import pg from 'pg';
-import { advisoryKeyOrThrow, withAdvisoryLock } from '../src/patterns/advisory/index.js';
+import { advisoryKey, withAdvisoryLock } from '../src/patterns/advisory/index.js';
 import { startPostgres } from '../src/testing/start-postgres.js';
 import { TxManager } from '../src/tx/tx-manager.js';
 
@@ -24,7 +24,7 @@ await pool.query(`CREATE TABLE IF NOT EXISTS closes (tenant text, period text, P
                   INSERT INTO wallets VALUES ('w1', 100), ('w2', 100) ON CONFLICT DO NOTHING`);
 
 function closePeriod(tenant: string, period: string) {
-  const key = advisoryKeyOrThrow('invoice-close', `${tenant}:${period}`);
+  const key = advisoryKey('invoice-close', `${tenant}:${period}`);
   return withAdvisoryLock(
     tm,
     key,
@@ -50,7 +50,7 @@ console.log(results.join('\n'));
 
 /** Moves money between two wallets under both wallets' advisory keys (any order: no deadlock). */
 function transfer(from: string, to: string, amount: number) {
-  const keys = [advisoryKeyOrThrow('wallet', from), advisoryKeyOrThrow('wallet', to)];
+  const keys = [advisoryKey('wallet', from), advisoryKey('wallet', to)];
   return withAdvisoryLock(
     tm,
     keys,

@@ -10,14 +10,14 @@
 // replica, retrying every second, takes over. Never run a session lock through a transaction-mode pooler
 // (PgBouncer pool_mode=transaction, "-pooler" endpoints): SessionLock refuses it.
 import pg from 'pg';
-import { advisoryKeyOrThrow, SessionLock } from '../src/patterns/advisory/index.js';
+import { advisoryKey, SessionLock } from '../src/patterns/advisory/index.js';
 import { startPostgres } from '../src/testing/start-postgres.js';
 
 const server = process.env.DATABASE_URL ? undefined : await startPostgres();
 const url = process.env.DATABASE_URL ?? server?.url ?? '';
 const pool = new pg.Pool({ connectionString: url, max: 4 });
 pool.on('error', () => {});
-const LEADER = advisoryKeyOrThrow('scheduler', 'leader');
+const LEADER = advisoryKey('scheduler', 'leader');
 const stop = new AbortController();
 const terms: string[] = [];
 

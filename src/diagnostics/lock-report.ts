@@ -518,16 +518,22 @@ function suggest(
   }
   for (const root of roots) {
     const s = root.session;
+    // A cancel only interrupts a running statement: an idle session (in a transaction or not — a
+    // session-level advisory lock outlives transactions) has none, so only terminate frees its locks.
     const idleTx = s.state?.startsWith('idle in transaction') ?? false;
+    const idle = idleTx || s.state === 'idle';
     add({
       pid: s.pid,
-      action: idleTx ? 'terminate' : 'cancel',
-      sql: idleTx ? `SELECT pg_terminate_backend(${s.pid});` : `SELECT pg_cancel_backend(${s.pid});`,
+      action: idle ? 'terminate' : 'cancel',
+      sql: idle ? `SELECT pg_terminate_backend(${s.pid});` : `SELECT pg_cancel_backend(${s.pid});`,
       reason: idleTx
         ? `idle in transaction for ${seconds(s.stateAgeMs)} while blocking ${root.blockedCount} session(s); ` +
           'cancel does not end an idle transaction, terminate does (its work rolls back)'
-        : `${s.state ?? 'running'} for ${seconds(s.queryAgeMs)} while blocking ${root.blockedCount} session(s); ` +
-          'cancel stops its statement (and rolls back its transaction)',
+        : idle
+          ? `idle for ${seconds(s.stateAgeMs)} while blocking ${root.blockedCount} session(s) with a session-level lock ` +
+            '(an advisory lock taken outside a transaction); cancel does nothing to an idle session, terminate releases it'
+          : `${s.state ?? 'running'} for ${seconds(s.queryAgeMs)} while blocking ${root.blockedCount} session(s); ` +
+            'cancel stops its statement (and rolls back its transaction)',
     });
   }
   for (const s of idle) {

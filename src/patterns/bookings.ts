@@ -1,4 +1,4 @@
-import { createHash, randomBytes } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { err, errAsync, ok, okAsync, type Result, ResultAsync } from 'neverthrow';
 import type pg from 'pg';
 import { z } from 'zod';
@@ -12,8 +12,9 @@ import {
 } from '../errors/index.js';
 import { type Db, inTransaction, type Queryable } from '../tx/types.js';
 import { parseOptions } from './parse-options.js';
+import { runMigration } from './run-migration.js';
 import { runQuery } from './run-query.js';
-import { columnNameSchema, quoteName, tableNameSchema } from './sql-identifier.js';
+import { columnNameSchema, derivedName, quoteName, tableNameSchema } from './sql-identifier.js';
 
 /**
  * SQL for the signed 64-bit advisory key of a text: the first 8 bytes of its sha-256, big-endian — the
@@ -35,7 +36,10 @@ const bookingsOptionsSchema = z
     during: columnNameSchema,
     /** The primary key column used by cancel()/move(): default 'id'. */
     id: columnNameSchema.default('id'),
-    /** Name of the EXCLUDE constraint migrate() adds: default `<table>_no_overlap`. */
+    /**
+     * Name of the EXCLUDE constraint migrate() adds: default `<table>_no_overlap` (shortened with a hash
+     * when longer than PostgreSQL's 63 bytes).
+     */
     constraint: columnNameSchema.optional(),
   })
   .strict();
@@ -114,7 +118,7 @@ export class Bookings {
     this.during = parsed.value.during;
     this.id = parsed.value.id;
     const bare = parsed.value.table.split('.').pop() ?? parsed.value.table;
-    this.constraint = parsed.value.constraint ?? `${bare}_no_overlap`.slice(0, 63);
+    this.constraint = parsed.value.constraint ?? derivedName(bare, 'no_overlap');
     this.#lockNamespace = `pg-txkit.bookings:${parsed.value.table}`;
   }
 
@@ -122,8 +126,10 @@ export class Bookings {
    * Installs `btree_gist` (a trusted extension: a non-superuser with CREATE on the database may do it)
    * and adds the EXCLUDE constraint to the table unless it has an exclusion constraint of that name or
    * of the same definition (under any name).
-   * Idempotent and safe to run from several processes at once (an advisory transaction lock
-   * serializes them).
+   * Idempotent and safe to run from many processes at once, the first time too: the extension and the
+   * constraint are created under transaction-scoped advisory locks (see `runMigration`), so concurrent
+   * callers run one after the other and the later ones find everything in place. Always a Result: a
+   * lock wait past `lockTimeoutMs`, missing privileges or a lost connection is an `Err`.
    *
    * Locks: ALTER TABLE … ADD CONSTRAINT takes ACCESS EXCLUSIVE on the table and builds a GiST index:
    * every reader and writer of the table waits meanwhile. `lock_timeout` (default 5 s) makes it give up
@@ -141,61 +147,53 @@ export class Bookings {
       options,
     );
     if (parsed.isErr()) return errAsync(parsed.error);
-    const lockTimeoutMs = parsed.value.lockTimeoutMs;
-    const key = BigInt.asIntN(
-      64,
-      createHash('sha256').update(`pg-txkit:bookings:${this.table}`).digest().readBigUInt64BE(),
-    );
-    const work = async (client: Queryable): Promise<{ created: boolean }> => {
-      await client.query('CREATE EXTENSION IF NOT EXISTS btree_gist');
-      await client.query('BEGIN');
-      try {
-        // lock_timeout is a validated integer; SET LOCAL ends with this transaction.
-        await client.query(`SET LOCAL lock_timeout = ${lockTimeoutMs}`);
-        // Transaction-scoped advisory lock: serializes concurrent migrate() calls for this table.
-        await client.query('SELECT pg_advisory_xact_lock($1::bigint)', [key.toString()]);
+    // The migration's advisory key is advisoryKey('pg-txkit', 'bookings:<table>'): the same bytes as in
+    // earlier versions, so an old and a new replica deploying together still serialize.
+    return runMigration(
+      pool,
+      {
+        name: `bookings:${this.table}`,
+        extensions: ['btree_gist'],
+        lockTimeoutMs: parsed.value.lockTimeoutMs,
+      },
+      async (client) => {
         // Catalog read: the table's exclusion constraints. One named like ours, or with our definition
         // under another name, means the invariant is already enforced.
         const existing = await client.query<{ conname: string; def: string }>(
           `SELECT conname, pg_get_constraintdef(oid) AS def FROM pg_constraint WHERE conrelid = $1::regclass AND contype = 'x'`,
           [quoteName(this.table)],
         );
-        const wanted = `EXCLUDE USING gist (${this.resource} WITH =, ${this.during} WITH &&)`;
         const present = existing.rows.some(
-          (c) => c.conname === this.constraint || c.def.replaceAll('"', '') === wanted,
+          (c) => c.conname === this.constraint || this.#isOurDefinition(c.def),
         );
-        let created = false;
-        if (!present) {
-          // ACCESS EXCLUSIVE on the table while the GiST index is built (bounded by lock_timeout).
-          await client.query(
-            `ALTER TABLE ${quoteName(this.table)} ADD CONSTRAINT ${quoteName(this.constraint)}
-               EXCLUDE USING gist (${quoteName(this.resource)} WITH =, ${quoteName(this.during)} WITH &&)`,
-          );
-          created = true;
-        }
-        await client.query('COMMIT');
-        return { created };
-      } catch (error) {
-        await client.query('ROLLBACK').catch(() => {});
-        throw error;
-      }
-    };
-    const run = async (): Promise<{ created: boolean }> => {
-      if ('totalCount' in pool) {
-        const client = await pool.connect();
-        try {
-          return await work(client);
-        } finally {
-          client.release();
-        }
-      }
-      return work(pool);
-    };
-    return ResultAsync.fromPromise(run(), (error) => {
-      const failure = classify(error);
-      if (failure === undefined) throw error;
-      return failure;
-    });
+        if (present) return { created: false };
+        // ACCESS EXCLUSIVE on the table while the GiST index is built (bounded by lock_timeout).
+        await client.query(
+          `ALTER TABLE ${quoteName(this.table)} ADD CONSTRAINT ${quoteName(this.constraint)}
+             EXCLUDE USING gist (${quoteName(this.resource)} WITH =, ${quoteName(this.during)} WITH &&)`,
+        );
+        return { created: true };
+      },
+    );
+  }
+
+  /**
+   * Is `name` the constraint that enforces our invariant: the configured name, or an exclusion
+   * constraint of the table with our definition (migrate() accepts one under another name)?
+   */
+  async #isOwnConstraint(q: Queryable, name: string | undefined): Promise<boolean> {
+    if (name === undefined || name === this.constraint) return true;
+    // Catalog read (no lock beyond the catalog's ACCESS SHARE): that constraint's definition.
+    const found = await q.query<{ def: string }>(
+      `SELECT pg_get_constraintdef(oid) AS def FROM pg_constraint WHERE conrelid = $1::regclass AND conname = $2 AND contype = 'x'`,
+      [quoteName(this.table), name],
+    );
+    return found.rows.some((c) => this.#isOurDefinition(c.def));
+  }
+
+  /** Is this `pg_get_constraintdef` text our EXCLUDE definition (under whatever name)? */
+  #isOurDefinition(def: string): boolean {
+    return def.replaceAll('"', '') === `EXCLUDE USING gist (${this.resource} WITH =, ${this.during} WITH &&)`;
   }
 
   /**
@@ -364,6 +362,9 @@ export class Bookings {
         last = result.error;
         if (last.kind === 'DeadlockDetected') continue;
         if (last.kind !== 'ExclusionViolation') return err(last);
+        // Only our constraint means "overlapping booking"; another exclusion constraint of the table (a
+        // guest in one room at a time …) is reported as itself.
+        if (!(await this.#isOwnConstraint(q, last.constraint))) return err(last);
         const rows = await conflicting();
         if (rows.isErr()) return err(rows.error);
         if (rows.value.length > 0 || n === MAX_TRIES) {

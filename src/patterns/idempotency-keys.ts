@@ -1,4 +1,3 @@
-import { createHash } from 'node:crypto';
 import { Err, err, errAsync, Ok, ok, type Result, ResultAsync } from 'neverthrow';
 import { z } from 'zod';
 import {
@@ -11,8 +10,10 @@ import {
 import type { ErrOf, OkOf, TxManager } from '../tx/tx-manager.js';
 import type { ConstraintErrors } from '../tx/tx-manager-options.js';
 import type { Tx } from '../tx/types.js';
+import { advisoryKey } from './advisory/advisory-key.js';
 import { parseOptions } from './parse-options.js';
-import { quoteName, tableNameSchema } from './sql-identifier.js';
+import { derivedName, quoteName, tableNameSchema } from './sql-identifier.js';
+import { decodeStoredResult, encodeStoredResult } from './stored-result.js';
 
 const UNIT_MS: Readonly<Record<string, number>> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
 
@@ -79,7 +80,10 @@ export interface IdempotencyRunOptions {
 
 /** What {@link IdempotencyKeys.run} returns. */
 export interface IdempotentResult<T> {
-  /** What `fn` returned (first run) or its stored JSON (replay: dates come back as strings). */
+  /**
+   * What `fn` returned (first run) or its stored JSON (replay: dates come back as strings, BigInts as
+   * BigInts). A result JSON cannot hold (a cycle) is `InvalidOptions` and the key is not kept.
+   */
   readonly result: T;
   /** True when `fn` did not run because the key was already done. */
   readonly replayed: boolean;
@@ -163,7 +167,7 @@ export class IdempotencyKeys<C extends Record<string, unknown> = Record<never, n
             completed_at timestamptz
           )`);
           await tx.query(
-            `CREATE INDEX IF NOT EXISTS ${quoteName(`${bare}_created_at_idx`.slice(0, 63))} ON ${t} (created_at)`,
+            `CREATE INDEX IF NOT EXISTS ${quoteName(derivedName(bare, 'created_at_idx'))} ON ${t} (created_at)`,
           );
         },
         { propagation: 'requiresNew', name: 'IdempotencyKeys.migrate' },
@@ -242,7 +246,7 @@ export class IdempotencyKeys<C extends Record<string, unknown> = Record<never, n
         if (fingerprint !== null && row.fingerprint !== fingerprint) return err(new IdempotencyConflict(key));
         // 'running' can only be our own transaction's row: run(key) called again inside its own fn.
         if (row.status !== 'done') return err(new InProgress(key));
-        return ok({ result: row.result, replayed: true });
+        return ok({ result: decodeStoredResult(row.result), replayed: true });
       }
       throw new SerializationFailure(); // the key kept vanishing: retry the transaction
     };
@@ -275,10 +279,15 @@ export class IdempotencyKeys<C extends Record<string, unknown> = Record<never, n
       }
       value = returned._unsafeUnwrap();
     }
+    const json = encodeStoredResult(value);
+    if (json.isErr()) {
+      await forget();
+      return err(json.error);
+    }
     // Locks the key row we inserted (FOR NO KEY UPDATE); same transaction as the work.
     await tx.query(
       `UPDATE ${quoteName(this.table)} SET status = 'done', result = $2::jsonb, completed_at = now() WHERE key = $1`,
-      [key, JSON.stringify(value ?? null)],
+      [key, json.value],
     );
     return ok({ result: value, replayed: false });
   }
@@ -328,10 +337,10 @@ function isResult(value: unknown): value is Result<unknown, unknown> {
   return value instanceof Ok || value instanceof Err;
 }
 
-/** Signed 64-bit advisory key from a sha-256 digest (stable across processes; never hashtext). */
+/**
+ * Signed 64-bit advisory key of a text: `advisoryKey('pg-txkit', 'idempotency:<text>')` (sha-256, stable
+ * across processes; never hashtext) — the same value as in earlier versions.
+ */
 function digest(text: string): string {
-  return BigInt.asIntN(
-    64,
-    createHash('sha256').update(`pg-txkit:idempotency:${text}`).digest().readBigUInt64BE(),
-  ).toString();
+  return advisoryKey('pg-txkit', `idempotency:${text}`).toString();
 }

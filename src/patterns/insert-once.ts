@@ -3,7 +3,7 @@ import type pg from 'pg';
 import { z } from 'zod';
 import { type DatabaseFailure, type InvalidOptions, SerializationFailure } from '../errors/index.js';
 import type { Db } from '../tx/types.js';
-import { parseOptions } from './parse-options.js';
+import { invalid, parseOptions } from './parse-options.js';
 import { runQuery } from './run-query.js';
 import { columnNameSchema, quoteName, tableNameSchema } from './sql-identifier.js';
 
@@ -54,12 +54,16 @@ export interface InsertOnceResult<R> {
   readonly created: boolean;
 }
 
-/** The columns of a conflict target (for `{ constraint }`, read from the catalog). */
+/**
+ * The columns of a conflict target (for `{ constraint }`, read from the catalog). A name that is not a
+ * unique or primary key constraint of the table (an exclusion constraint: `ON CONFLICT … DO NOTHING`
+ * accepts it, but it has no key to find "the same row" by) is `InvalidOptions`.
+ */
 export function conflictColumns(
   db: Db,
   table: string,
   conflict: z.output<typeof conflictTargetSchema>,
-): ResultAsync<string[], DatabaseFailure> {
+): ResultAsync<string[], InvalidOptions | DatabaseFailure> {
   if (Array.isArray(conflict)) return okAsync(conflict);
   // Catalog read, no lock beyond the catalogs' ACCESS SHARE.
   return runQuery<{ attname: string }>(
@@ -70,12 +74,16 @@ export function conflictColumns(
       WHERE c.conname = $1 AND c.conrelid = $2::regclass AND c.contype IN ('u', 'p')
       ORDER BY k.n`,
     [conflict.constraint, quoteName(table)],
-  ).map((r) => {
-    if (r.rows.length === 0) {
-      throw new Error(`"${conflict.constraint}" is not a unique or primary key constraint of ${table}`);
-    }
-    return r.rows.map((row) => row.attname);
-  });
+  ).andThen((r) =>
+    r.rows.length === 0
+      ? errAsync(
+          invalid(
+            ['conflict', 'constraint'],
+            `"${conflict.constraint}" is not a unique or primary key constraint of ${table}`,
+          ),
+        )
+      : okAsync(r.rows.map((row) => row.attname)),
+  );
 }
 
 /** `ON CONFLICT (a, b)` or `ON CONFLICT ON CONSTRAINT c`. */
@@ -121,33 +129,36 @@ export function insertOnce<R extends pg.QueryResultRow = Record<string, unknown>
   const insert = `INSERT INTO ${t} (${columns.map((c) => quoteName(c)).join(', ')})
     VALUES (${columns.map((_, i) => `$${i + 1}`).join(', ')}) ${conflictClause(conflict)} DO NOTHING RETURNING ${ret}`;
 
-  const round = (
-    n: number,
-    keyColumns: string[] | undefined,
-  ): ResultAsync<InsertOnceResult<R>, DatabaseFailure> =>
+  const round = (n: number, keyColumns: string[]): ResultAsync<InsertOnceResult<R>, DatabaseFailure> =>
     runQuery<R>(db, insert, params).andThen((inserted) => {
       const row = inserted.rows[0];
       if (row !== undefined) return okAsync({ row, created: true });
-      const key = keyColumns ? okAsync(keyColumns) : conflictColumns(db, table, conflict);
-      return key.andThen((cols) => {
-        // Own keys only: `in` would accept 'toString' or 'constructor' through Object.prototype.
-        const missing = cols.filter((c) => !Object.hasOwn(values, c));
-        if (missing.length > 0) {
-          throw new Error(`insertOnce: values lack the conflict column(s) ${missing.join(', ')}`);
-        }
-        // Plain read of the winner by its unique key (no lock: the unique index keeps it unique).
-        const where = cols.map((c, i) => `${quoteName(c)} IS NOT DISTINCT FROM $${i + 1}`).join(' AND ');
-        return runQuery<R>(
-          db,
-          `SELECT ${ret} FROM ${t} WHERE ${where} LIMIT 1`,
-          cols.map((c) => values[c]),
-        ).andThen((existing) => {
-          const found = existing.rows[0];
-          if (found !== undefined) return okAsync({ row: found, created: false });
-          if (n >= MAX_ROUNDS) return errAsync(new SerializationFailure());
-          return round(n + 1, cols); // deleted meanwhile: try the insert again
-        });
+      // Plain read of the winner by its unique key (no lock: the unique index keeps it unique).
+      const where = keyColumns.map((c, i) => `${quoteName(c)} IS NOT DISTINCT FROM $${i + 1}`).join(' AND ');
+      return runQuery<R>(
+        db,
+        `SELECT ${ret} FROM ${t} WHERE ${where} LIMIT 1`,
+        keyColumns.map((c) => values[c]),
+      ).andThen((existing) => {
+        const found = existing.rows[0];
+        if (found !== undefined) return okAsync({ row: found, created: false });
+        if (n >= MAX_ROUNDS) return errAsync(new SerializationFailure());
+        return round(n + 1, keyColumns); // deleted meanwhile: try the insert again
       });
     });
-  return round(1, undefined);
+  // The key columns are known before anything is inserted (for `{ constraint }` one catalog read), so a
+  // target that cannot find "the same row" is refused up front, not on the first real duplicate.
+  return conflictColumns(db, table, conflict).andThen((cols) => {
+    // Own keys only: `in` would accept 'toString' or 'constructor' through Object.prototype.
+    const missing = cols.filter((c) => !Object.hasOwn(values, c));
+    if (missing.length > 0) {
+      return errAsync(
+        invalid(
+          ['values'],
+          `the conflict key's column(s) ${missing.join(', ')} need a value (a DEFAULT filled in by the server cannot be used to find the existing row)`,
+        ),
+      );
+    }
+    return round(1, cols);
+  });
 }

@@ -17,7 +17,24 @@ const LOCK_CLAUSE = {
 
 const WAIT_CLAUSE = { block: '', nowait: ' NOWAIT', skipLocked: ' SKIP LOCKED' } as const;
 
-const idSchema = z.union([z.string(), z.number().finite(), z.bigint()]);
+/**
+ * A key value. PostgreSQL text cannot hold NUL (U+0000): such an id would fail the statement with 22021
+ * inside the caller's transaction (aborting it); refused up front instead.
+ */
+const idSchema = z.union([
+  z
+    .string()
+    .refine((s) => !s.includes('\u0000'), 'must not contain NUL (U+0000): PostgreSQL cannot store it'),
+  z.number().finite(),
+  z.bigint(),
+]);
+
+/**
+ * The extra column the locking statement returns: the 1-based positions in the requested array of the
+ * ids equal to the row's key, compared by PostgreSQL in the key column's type (so an upper-case uuid or
+ * '01' for an int matches its row). Removed from the rows before they are returned.
+ */
+const POSITIONS = 'pg_txkit_requested_positions';
 
 const lockRowsOptionsSchema = z
   .object({
@@ -99,11 +116,18 @@ export function lockRows<R extends pg.QueryResultRow = Record<string, unknown>>(
   const k = quoteName(key);
   // Lock: the requested row lock mode on exactly the rows with these keys, taken in key order by the
   // LockRows node above the ORDER BY (see the doc comment); held until COMMIT/ROLLBACK.
-  const text = `SELECT ${select} FROM ${quoteName(table)} WHERE ${k} = ANY($1) ORDER BY ${k} ${LOCK_CLAUSE[mode]}${WAIT_CLAUSE[wait]}`;
-  return runQuery<R>(db, text, [unique.map((id) => (typeof id === 'bigint' ? id.toString() : id))]).andThen(
-    (result) => {
-      const seen = new Set(result.rows.map((row) => String((row as Record<string, unknown>)[key])));
-      return okAsync({ rows: result.rows, missing: unique.filter((id) => !seen.has(String(id))) });
-    },
-  );
+  // array_positions($1, key) also fixes $1's type as the key column's array type (the target list is
+  // analysed before WHERE), so `key = ANY($1)` and the positions both compare in that type.
+  const text = `SELECT ${select}, array_positions($1, ${k}) AS ${POSITIONS} FROM ${quoteName(table)} WHERE ${k} = ANY($1) ORDER BY ${k} ${LOCK_CLAUSE[mode]}${WAIT_CLAUSE[wait]}`;
+  return runQuery<R & Record<typeof POSITIONS, number[] | null>>(db, text, [
+    unique.map((id) => (typeof id === 'bigint' ? id.toString() : id)),
+  ]).andThen((result) => {
+    const found = new Set<number>();
+    const rows = result.rows.map((withPositions) => {
+      const { [POSITIONS]: positions, ...row } = withPositions;
+      for (const p of positions ?? []) found.add(p);
+      return row as unknown as R;
+    });
+    return okAsync({ rows, missing: unique.filter((_, i) => !found.has(i + 1)) });
+  });
 }

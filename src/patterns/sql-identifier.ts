@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import pg from 'pg';
 import { z } from 'zod';
 
@@ -30,4 +31,26 @@ export function quoteName(name: string): string {
     .split('.')
     .map((part) => pg.escapeIdentifier(part))
     .join('.');
+}
+
+/** PostgreSQL's identifier limit (NAMEDATALEN - 1): longer names are silently truncated. */
+const MAX_IDENTIFIER_BYTES = 63;
+
+/**
+ * A name derived from another (`<base>_<suffix>`: an index or constraint named after its table) that
+ * fits PostgreSQL's 63-byte limit. When it would not fit, the base is shortened and an 8-hex-digit
+ * sha-256 of the full base is added (`<base prefix>_<hash>_<suffix>`), so two long bases with a common
+ * prefix still get different names — PostgreSQL would truncate both to the same 63 bytes (a 42P07
+ * collision, or an `IF NOT EXISTS` that silently skips). Bases are plain identifiers (ASCII).
+ *
+ * @example
+ * derivedName('room_bookings', 'no_overlap'); // 'room_bookings_no_overlap'
+ * derivedName('r'.repeat(63), 'no_overlap'); // 'rrr…r_1a2b3c4d_no_overlap' (63 bytes)
+ */
+export function derivedName(base: string, suffix: string): string {
+  const plain = `${base}_${suffix}`;
+  if (Buffer.byteLength(plain) <= MAX_IDENTIFIER_BYTES) return plain;
+  const hash = createHash('sha256').update(base, 'utf8').digest('hex').slice(0, 8);
+  const room = MAX_IDENTIFIER_BYTES - hash.length - suffix.length - 2;
+  return `${base.slice(0, Math.max(room, 0))}_${hash}_${suffix}`.slice(0, MAX_IDENTIFIER_BYTES);
 }

@@ -1,7 +1,7 @@
 import { err } from 'neverthrow';
 import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
-import { advisoryKeyOrThrow, advisoryKeyPair } from '../../src/patterns/advisory/advisory-key.js';
+import { advisoryKey, advisoryKeyPair } from '../../src/patterns/advisory/advisory-key.js';
 import { withAdvisoryLock } from '../../src/patterns/advisory/with-advisory-lock.js';
 import { FaultProxy } from '../../src/testing/fault-proxy.js';
 import { gate } from '../../src/testing/gate.js';
@@ -53,7 +53,7 @@ afterAll(async () => {
 
 describe('withAdvisoryLock: exclusion between two real connections', () => {
   it("wait 'try': the second caller gets LockBusy and its fn is not called; after COMMIT it proceeds", async () => {
-    const key = advisoryKeyOrThrow('test', 'try-commit');
+    const key = advisoryKey('test', 'try-commit');
     const g = gate();
     const first = withAdvisoryLock(tm, key, async () => {
       await g.at('holding');
@@ -79,7 +79,7 @@ describe('withAdvisoryLock: exclusion between two real connections', () => {
   });
 
   it("wait 'block': the second waits while the first holds, and runs after the first ROLLS BACK", async () => {
-    const key = advisoryKeyOrThrow('test', 'block-rollback');
+    const key = advisoryKey('test', 'block-rollback');
     const g = gate();
     const events: string[] = [];
     const first = withAdvisoryLock(tm, key, async () => {
@@ -101,7 +101,7 @@ describe('withAdvisoryLock: exclusion between two real connections', () => {
   });
 
   it("wait 'block' with lockTimeout → LockNotAvailable (not retried), fn not called; the holder is unaffected", async () => {
-    const key = advisoryKeyOrThrow('test', 'timeout');
+    const key = advisoryKey('test', 'timeout');
     const g = gate();
     const first = withAdvisoryLock(tm, key, async () => {
       await g.at('holding');
@@ -124,7 +124,7 @@ describe('withAdvisoryLock: exclusion between two real connections', () => {
   });
 
   it('lockTimeout only bounds the acquisition: the transaction keeps its own lock_timeout for fn', async () => {
-    const key = advisoryKeyOrThrow('test', 'timeout-restored');
+    const key = advisoryKey('test', 'timeout-restored');
     const inside = await withAdvisoryLock(
       tm,
       key,
@@ -135,7 +135,7 @@ describe('withAdvisoryLock: exclusion between two real connections', () => {
   });
 
   it('joins the current transaction: the lock lasts until the OUTER transaction ends', async () => {
-    const key = advisoryKeyOrThrow('test', 'join');
+    const key = advisoryKey('test', 'join');
     const g = gate();
     const outer = tm.do(async () => {
       const inner = await withAdvisoryLock(tm, key, () => 'inner', { wait: 'try' });
@@ -151,7 +151,7 @@ describe('withAdvisoryLock: exclusion between two real connections', () => {
   });
 
   it("inside an outer transaction, propagation 'nested' contains a lock timeout in a savepoint", async () => {
-    const key = advisoryKeyOrThrow('test', 'nested-timeout');
+    const key = advisoryKey('test', 'nested-timeout');
     const g = gate();
     const holder = withAdvisoryLock(tm, key, async () => {
       await g.at('holding');
@@ -208,8 +208,8 @@ describe('withAdvisoryLock: exclusion between two real connections', () => {
 
 describe('withAdvisoryLock: several keys', () => {
   it('the same keys in opposite orders never deadlock (sorted, one statement)', async () => {
-    const a = advisoryKeyOrThrow('test', 'multi-a');
-    const b = advisoryKeyOrThrow('test', 'multi-b');
+    const a = advisoryKey('test', 'multi-a');
+    const b = advisoryKey('test', 'multi-b');
     const c = advisoryKeyPair(7, 7)._unsafeUnwrap();
     const g = gate();
     const first = withAdvisoryLock(tm, [a, b, c], async () => {
@@ -233,8 +233,8 @@ describe('withAdvisoryLock: several keys', () => {
   });
 
   it('naive control: taking the same two locks one statement at a time in opposite orders deadlocks', async () => {
-    const a = advisoryKeyOrThrow('test', 'naive-a');
-    const b = advisoryKeyOrThrow('test', 'naive-b');
+    const a = advisoryKey('test', 'naive-a');
+    const b = advisoryKey('test', 'naive-b');
     const c1 = await pool.connect();
     const c2 = await pool.connect();
     try {
@@ -267,7 +267,7 @@ describe('withAdvisoryLock: the lock dies with the connection', () => {
     const proxied = new pg.Pool({ connectionString: proxy.url, max: 2 });
     proxied.on('error', () => {});
     const proxiedTm = new TxManager(proxied);
-    const key = advisoryKeyOrThrow('test', 'dropped');
+    const key = advisoryKey('test', 'dropped');
     const g = gate();
     try {
       const holder = proxiedTm.do(
@@ -294,7 +294,7 @@ describe('withAdvisoryLock: the lock dies with the connection', () => {
   });
 
   it('released when the holder backend is terminated (pg_terminate_backend)', async () => {
-    const key = advisoryKeyOrThrow('test', 'terminated');
+    const key = advisoryKey('test', 'terminated');
     const g = gate();
     let pid = 0;
     const holder = withAdvisoryLock(

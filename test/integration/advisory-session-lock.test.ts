@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { advisoryKeyOrThrow } from '../../src/patterns/advisory/advisory-key.js';
+import { advisoryKey } from '../../src/patterns/advisory/advisory-key.js';
 import {
   findLeakedAdvisoryLocks,
   listAdvisoryLocks,
@@ -48,7 +48,7 @@ afterAll(async () => {
 
 describe('SessionLock', () => {
   it('try: a second contender gets LockBusy; release() unlocks on the same session and is idempotent', async () => {
-    const key = advisoryKeyOrThrow('leader', 'basic');
+    const key = advisoryKey('leader', 'basic');
     const lock = await acquire(pool, key, { checkEvery: 200 });
     expect(lock.held).toBe(true);
     const second = await SessionLock.acquire(pool, key, { pooler: 'direct' });
@@ -72,7 +72,7 @@ describe('SessionLock', () => {
   });
 
   it('block: waits for the holder, bounded by lockTimeout → LockNotAvailable, and by signal', async () => {
-    const key = advisoryKeyOrThrow('leader', 'block');
+    const key = advisoryKey('leader', 'block');
     const holder = await acquire(url, key, { pooler: 'direct' });
     const timedOut = await SessionLock.acquire(url, key, {
       wait: 'block',
@@ -102,7 +102,7 @@ describe('SessionLock', () => {
   });
 
   it('lost fires when the backend is terminated (pg_terminate_backend)', async () => {
-    const key = advisoryKeyOrThrow('leader', 'terminated');
+    const key = advisoryKey('leader', 'terminated');
     const reasons: string[] = [];
     const lock = await acquire(pool, key, { checkEvery: 100, onLost: (e) => reasons.push(e.kind) });
     await pool.query('SELECT pg_terminate_backend($1)', [lock.pid]);
@@ -120,7 +120,7 @@ describe('SessionLock', () => {
   it('lost fires when the provider proxy drops the connection (FaultProxy.dropAll)', async () => {
     const proxy = await FaultProxy.start({ target: url });
     try {
-      const key = advisoryKeyOrThrow('leader', 'dropped');
+      const key = advisoryKey('leader', 'dropped');
       const lock = await acquire(proxy.url, key, { checkEvery: 100 });
       proxy.dropAll();
       expect(((await lostWithin(lock.lost)) as { kind: string }).kind).toBe('LeaseLost');
@@ -134,7 +134,7 @@ describe('SessionLock', () => {
   it('lost fires when the connection stalls (black hole); the server frees the orphan after serverIdleTimeout', async () => {
     const proxy = await FaultProxy.start({ target: url });
     try {
-      const key = advisoryKeyOrThrow('leader', 'stalled');
+      const key = advisoryKey('leader', 'stalled');
       const lock = await acquire(proxy.url, key, {
         checkEvery: 100,
         checkTimeout: 300,
@@ -178,7 +178,7 @@ describe('lock and unlock on the same client (a pool.query lock and unlock land 
     const p = new pg.Pool({ connectionString: url, max, application_name: `naive-pool-${max}` });
     p.on('error', () => {});
     try {
-      const key = advisoryKeyOrThrow('daily-post', `retry-${max}-${run.name}`);
+      const key = advisoryKey('daily-post', `retry-${max}-${run.name}`);
       await run(p, key);
       const leaked = (await findLeakedAdvisoryLocks(pool, { idleFor: 0 }))._unsafeUnwrap();
       for (const l of leaked) {

@@ -64,6 +64,30 @@ describe('singleRun', () => {
     expect(rows[0].n).toBe(1);
   });
 
+  it('a BigInt in the result is stored losslessly and given back by the repeat (never a rejection)', async () => {
+    const big = 2n ** 70n + 1n;
+    const job = () =>
+      singleRun(tm, { name: 'bigint', key: 'k1' }, () => ({ total: big, parts: [1n, -2n], label: 'x' }));
+    expect((await job())._unsafeUnwrap()).toEqual({ total: big, parts: [1n, -2n], label: 'x' });
+    const again = await job();
+    expect(again.isErr() && again.error.kind).toBe('AlreadyDone');
+    if (again.isErr() && again.error.kind === 'AlreadyDone') {
+      expect(again.error.result).toEqual({ total: big, parts: [1n, -2n], label: 'x' });
+    }
+  });
+
+  it('a result that cannot be stored (a cycle) → InvalidOptions, nothing recorded, the effects roll back', async () => {
+    const cyclic: { self?: unknown } = {};
+    cyclic.self = cyclic;
+    const r = await singleRun(tm, { name: 'cyclic', key: 'k1' }, async (tx) => {
+      await tx.query("INSERT INTO posts (day, body) VALUES ('cyclic', 'x')");
+      return cyclic;
+    });
+    expect(r._unsafeUnwrapErr().kind).toBe('InvalidOptions');
+    expect(await records('cyclic')).toEqual([]);
+    expect((await pool.query("SELECT count(*)::int AS n FROM posts WHERE day = 'cyclic'")).rows[0].n).toBe(0);
+  });
+
   it('a concurrent caller gets LockBusy (fn not called) while the first runs; then AlreadyDone', async () => {
     const g = gate();
     const first = singleRun(tm, { name: 'busy', key: 'k' }, async () => {

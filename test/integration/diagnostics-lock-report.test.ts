@@ -217,6 +217,36 @@ describe('lockReport', () => {
     }
   });
 
+  it('suggests terminate (not cancel) for an idle session whose session advisory lock blocks another, and the suggestion frees the waiter', async () => {
+    const holder = await client(url, 'idle-leader');
+    const waiter = await client(url, 'blocked-follower');
+    const key = 4242424242n;
+    try {
+      await holder.query('SELECT pg_advisory_lock($1::int8)', [key.toString()]);
+      const holderPid = await pidOf(holder);
+      const waiterPid = await pidOf(waiter);
+      const waiting = waiter.query('SELECT pg_advisory_lock($1::int8)', [key.toString()]);
+      await waitUntilBlocked(pool, [waiterPid]);
+
+      // Default thresholds: the holder is not (yet) a suspected leak, only an idle blocker.
+      const r = await report();
+      const suggestion = r.suggestions.find((s) => s.pid === holderPid);
+      expect(suggestion).toMatchObject({
+        action: 'terminate',
+        sql: `SELECT pg_terminate_backend(${holderPid});`,
+      });
+      expect(suggestion?.reason).toMatch(/idle/);
+
+      // Doing what the report says frees the waiter (a cancel would do nothing to an idle session).
+      await pool.query(suggestion?.sql ?? '');
+      await waiting;
+      await waiter.query('SELECT pg_advisory_unlock_all()');
+    } finally {
+      await holder.end().catch(() => {});
+      await waiter.end();
+    }
+  });
+
   it('shows a deadlock as a wait cycle before the detector runs, and cancelBackend breaks it', async () => {
     const s = await Schedule.open(url, { sessions: ['a', 'b'], blockTimeoutMs: 20_000 });
     try {

@@ -1,5 +1,5 @@
 import { afterAll, beforeEach, describe, expect, it } from 'vitest';
-import { advisoryKeyOrThrow, keyFromLockTag } from '../../src/patterns/advisory/advisory-key.js';
+import { advisoryKey, keyFromLockTag } from '../../src/patterns/advisory/advisory-key.js';
 import { Bookings } from '../../src/patterns/bookings.js';
 import { gate } from '../../src/testing/gate.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
@@ -163,7 +163,7 @@ describe('Bookings', () => {
 
   it("book() and move() hold the resource's advisory key (= advisoryKey) until the transaction ends", async () => {
     const booked = (await rooms.book<Booking>(pool, { resource: 7, from: at(8), to: at(9) }))._unsafeUnwrap();
-    const expected = advisoryKeyOrThrow('pg-txkit.bookings', 'hotel.room_bookings:7');
+    const expected = advisoryKey('pg-txkit.bookings', 'hotel.room_bookings:7');
     const held = await tm.doOrThrow(async (tx) => {
       (await rooms.move(tx, booked.id, { from: at(9), to: at(10) }))._unsafeUnwrap();
       (await rooms.book(tx, { resource: 7, from: at(11), to: at(12) }))._unsafeUnwrap();
@@ -192,6 +192,58 @@ describe('Bookings', () => {
     expect((await rooms.cancel<Booking>(pool, b.id))._unsafeUnwrap().id).toBe(b.id);
     expect((await rooms.cancel(pool, b.id))._unsafeUnwrapErr().kind).toBe('NotFound');
     expect((await rooms.move(pool, a.id, { from: at(12, 30), to: at(13, 30) })).isOk()).toBe(true);
+  });
+
+  it('a 63-character table name: migrate() derives a constraint name that fits (hash suffix) and books', async () => {
+    const long = `r${'x'.repeat(62)}`;
+    expect(long).toHaveLength(63);
+    await pool.query(
+      `CREATE TABLE hotel.${long} (id serial PRIMARY KEY, room int NOT NULL, during tstzrange NOT NULL)`,
+    );
+    const b = new Bookings({ table: `hotel.${long}`, resource: 'room', during: 'during' });
+    expect(Buffer.byteLength(b.constraint)).toBeLessThanOrEqual(63);
+    expect(b.constraint).not.toBe(long);
+    expect((await b.migrate(pool))._unsafeUnwrap().created).toBe(true);
+    expect((await b.migrate(pool))._unsafeUnwrap().created).toBe(false);
+    expect((await b.book(pool, { resource: 1, from: at(9), to: at(10) })).isOk()).toBe(true);
+    const again = await b.book(pool, { resource: 1, from: at(9, 30), to: at(11) });
+    expect(again._unsafeUnwrapErr()).toMatchObject({ kind: 'Overlap', constraint: b.constraint });
+  });
+
+  it('a 23P01 from ANOTHER exclusion constraint of the table is an ExclusionViolation naming it, not Overlap', async () => {
+    await pool.query(`ALTER TABLE hotel.room_bookings ADD CONSTRAINT guest_in_one_room
+      EXCLUDE USING gist (guest WITH =, during WITH &&)`);
+    try {
+      (
+        await rooms.book(pool, { resource: 1, from: at(9), to: at(10), values: { guest: 'Ann' } })
+      )._unsafeUnwrap();
+      // Another room, same guest, overlapping time: our constraint is fine, the guest's is not.
+      const other = await rooms.book(pool, {
+        resource: 2,
+        from: at(9),
+        to: at(10),
+        values: { guest: 'Ann' },
+      });
+      expect(other._unsafeUnwrapErr()).toMatchObject({
+        kind: 'ExclusionViolation',
+        constraint: 'guest_in_one_room',
+      });
+      // Inside a transaction as well, and the transaction stays usable.
+      const inTx = await tm.do(async (tx) => {
+        const r = await rooms.book(tx, { resource: 3, from: at(9), to: at(10), values: { guest: 'Ann' } });
+        await tx.query('SELECT 1');
+        return r;
+      });
+      expect(inTx._unsafeUnwrapErr()).toMatchObject({
+        kind: 'ExclusionViolation',
+        constraint: 'guest_in_one_room',
+      });
+      // Our own constraint still means Overlap.
+      const same = await rooms.book(pool, { resource: 1, from: at(9), to: at(10), values: { guest: 'Bob' } });
+      expect(same._unsafeUnwrapErr().kind).toBe('Overlap');
+    } finally {
+      await pool.query('ALTER TABLE hotel.room_bookings DROP CONSTRAINT guest_in_one_room');
+    }
   });
 
   it('bad ranges and options → InvalidOptions before any SQL', async () => {

@@ -148,6 +148,43 @@ describe('IdempotencyKeys', () => {
     expect((await keys.expire('soon'))._unsafeUnwrapErr().kind).toBe('InvalidOptions');
   });
 
+  it('a 63-character table name: migrate() creates the created_at index under a name that fits', async () => {
+    const long = `k${'y'.repeat(62)}`;
+    const longKeys = new IdempotencyKeys(tm, { table: long });
+    (await longKeys.migrate())._unsafeUnwrap();
+    const idx = await pool.query<{ indexname: string; indexdef: string }>(
+      'SELECT indexname, indexdef FROM pg_indexes WHERE tablename = $1 ORDER BY indexname',
+      [long],
+    );
+    const createdAt = idx.rows.filter((r) => r.indexdef.includes('(created_at)'));
+    expect(createdAt).toHaveLength(1);
+    expect(Buffer.byteLength(createdAt[0]!.indexname)).toBeLessThanOrEqual(63);
+    expect((await longKeys.migrate()).isOk()).toBe(true);
+  });
+
+  it('a BigInt in the result is stored losslessly and replayed as the same BigInt (never a rejection)', async () => {
+    const id = 12_345_678_901_234_567_890n;
+    const first = await keys.run('bigint-1', () => ({ paymentId: id, cents: [1n] }));
+    expect(first._unsafeUnwrap()).toEqual({ result: { paymentId: id, cents: [1n] }, replayed: false });
+    const replay = await keys.run('bigint-1', () => ({ paymentId: 0n, cents: [] }));
+    expect(replay._unsafeUnwrap()).toEqual({ result: { paymentId: id, cents: [1n] }, replayed: true });
+  });
+
+  it('a result that cannot be stored (a cycle) → InvalidOptions, the key and the effect roll back', async () => {
+    const cyclic: { self?: unknown } = {};
+    cyclic.self = cyclic;
+    const r = await keys.run('cyclic-1', async (tx) => {
+      await pay(5)(tx);
+      return cyclic;
+    });
+    expect(r._unsafeUnwrapErr().kind).toBe('InvalidOptions');
+    expect(await paymentCount()).toBe(0);
+    expect((await keys.run('cyclic-1', () => 'ran'))._unsafeUnwrap()).toEqual({
+      result: 'ran',
+      replayed: false,
+    });
+  });
+
   it('bad keys and options → InvalidOptions before SQL', async () => {
     expect((await keys.run('', pay(1)))._unsafeUnwrapErr().kind).toBe('InvalidOptions');
     expect((await keys.run('k', pay(1), { fingerprint: '' }))._unsafeUnwrapErr().kind).toBe('InvalidOptions');

@@ -6,10 +6,14 @@ import { connect, endAll, leftovers, pidOf, waitUntilBlocked } from './patterns-
 
 const { pool, url } = await useTestDatabase();
 await pool.query(`CREATE TABLE users (id serial PRIMARY KEY, email text NOT NULL CONSTRAINT users_email_key UNIQUE, name text);
-  CREATE TABLE counters (tenant int, name text, n int NOT NULL, PRIMARY KEY (tenant, name))`);
+  CREATE TABLE counters (tenant int, name text, n int NOT NULL, PRIMARY KEY (tenant, name));
+  CREATE TABLE shifts (id serial PRIMARY KEY, nurse int NOT NULL, during int4range NOT NULL,
+    CONSTRAINT shifts_no_overlap EXCLUDE USING gist (nurse WITH =, during WITH &&));
+  CREATE TABLE invites (id serial PRIMARY KEY, tenant int NOT NULL DEFAULT 1, email text NOT NULL,
+    CONSTRAINT invites_tenant_email_key UNIQUE (tenant, email))`);
 
 beforeEach(async () => {
-  await pool.query('TRUNCATE users, counters RESTART IDENTITY');
+  await pool.query('TRUNCATE users, counters, shifts, invites RESTART IDENTITY');
 });
 afterAll(async () => expect(await leftovers(pool)).toEqual({ idleInTransaction: 0, checkedOut: 0 }));
 
@@ -119,6 +123,37 @@ describe('insertOnce', () => {
     } finally {
       await endAll(c);
     }
+  });
+
+  it('{ constraint } naming an exclusion constraint → InvalidOptions up front, before anything is inserted', async () => {
+    const options = {
+      table: 'shifts',
+      values: { nurse: 1, during: '[1,5)' },
+      conflict: { constraint: 'shifts_no_overlap' },
+    };
+    const first = await insertOnce(pool, options);
+    expect(first._unsafeUnwrapErr().kind).toBe('InvalidOptions');
+    expect((await pool.query('SELECT count(*)::int AS n FROM shifts')).rows[0].n).toBe(0);
+    // And on a real duplicate (the case that used to reject with a plain Error): still a typed error.
+    await pool.query("INSERT INTO shifts (nurse, during) VALUES (1, '[1,5)')");
+    const dup = await insertOnce(pool, options);
+    expect(dup._unsafeUnwrapErr().kind).toBe('InvalidOptions');
+  });
+
+  it('{ constraint } with a key column left to its DEFAULT → InvalidOptions up front (the row could not be found)', async () => {
+    const options = {
+      table: 'invites',
+      values: { email: 'a@x' },
+      conflict: { constraint: 'invites_tenant_email_key' },
+    };
+    const first = await insertOnce(pool, options);
+    expect(first._unsafeUnwrapErr().kind).toBe('InvalidOptions');
+    expect((await pool.query('SELECT count(*)::int AS n FROM invites')).rows[0].n).toBe(0);
+    await pool.query("INSERT INTO invites (email) VALUES ('a@x')");
+    expect((await insertOnce(pool, options))._unsafeUnwrapErr().kind).toBe('InvalidOptions');
+    // With every key column given it works, and finds the row made with the default.
+    const full = await insertOnce(pool, { ...options, values: { tenant: 1, email: 'a@x' } });
+    expect(full._unsafeUnwrap()).toMatchObject({ created: false, row: { tenant: 1, email: 'a@x' } });
   });
 
   it('bad input → InvalidOptions before SQL (also conflict columns missing from values)', async () => {

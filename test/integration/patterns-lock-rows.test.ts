@@ -6,7 +6,9 @@ import { connect, endAll, leftovers, pidOf, waitUntilBlocked } from './patterns-
 const { pool, url } = await useTestDatabase();
 await pool.query(`CREATE SCHEMA billing;
   CREATE TABLE billing.wallets (id int PRIMARY KEY, balance int NOT NULL, owner text);
-  CREATE TABLE billing.payments (id serial PRIMARY KEY, wallet_id int NOT NULL REFERENCES billing.wallets (id))`);
+  CREATE TABLE billing.payments (id serial PRIMARY KEY, wallet_id int NOT NULL REFERENCES billing.wallets (id));
+  CREATE TABLE billing.cards (id uuid PRIMARY KEY, label text);
+  INSERT INTO billing.cards VALUES ('6f1c2a3b-4d5e-4f60-8a7b-9c0d1e2f3a4b', 'one')`);
 
 beforeEach(async () => {
   await pool.query(`TRUNCATE billing.wallets CASCADE;
@@ -192,6 +194,37 @@ describe('lockRows', () => {
     }
   });
 
+  it("missing compares ids in the key column's type: an upper-case uuid or '01' for an int is the locked row", async () => {
+    const c = await connect(url);
+    try {
+      await c.query('BEGIN');
+      const cards = await lockRows(c, {
+        table: 'billing.cards',
+        ids: ['6F1C2A3B-4D5E-4F60-8A7B-9C0D1E2F3A4B', '00000000-0000-4000-8000-000000000000'],
+      });
+      expect(cards._unsafeUnwrap()).toEqual({
+        rows: [{ id: '6f1c2a3b-4d5e-4f60-8a7b-9c0d1e2f3a4b', label: 'one' }],
+        missing: ['00000000-0000-4000-8000-000000000000'],
+      });
+      const wallets = await lockRows<Wallet>(c, {
+        table: 'billing.wallets',
+        ids: ['01', ' 2', 3n, 99],
+        columns: ['balance'],
+      });
+      expect(wallets._unsafeUnwrap()).toEqual({
+        rows: [
+          { id: 1, balance: 100 },
+          { id: 2, balance: 100 },
+          { id: 3, balance: 100 },
+        ],
+        missing: [99],
+      });
+      await c.query('COMMIT');
+    } finally {
+      await endAll(c);
+    }
+  });
+
   it('bad identifiers and ids → InvalidOptions before any SQL', async () => {
     const c = await connect(url);
     try {
@@ -204,6 +237,7 @@ describe('lockRows', () => {
         { table: 'billing.wallets', ids: [Number.NaN] },
         { table: 'billing.wallets', ids: [1], mode: 'exclusive' },
         { table: 'billing.wallets', ids: [1], columns: ['balance, pg_sleep(1)'] },
+        { table: 'billing.wallets', ids: ['1\u0000'] },
       ]) {
         const r = await lockRows(c, bad as never);
         expect(r._unsafeUnwrapErr().kind).toBe('InvalidOptions');

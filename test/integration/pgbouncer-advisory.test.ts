@@ -1,7 +1,7 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { advisoryKeyOrThrow } from '../../src/patterns/advisory/advisory-key.js';
+import { advisoryKey } from '../../src/patterns/advisory/advisory-key.js';
 import { SessionLock } from '../../src/patterns/advisory/session-lock.js';
 import { migrateSingleRun, singleRun } from '../../src/patterns/advisory/single-run.js';
 import { withAdvisoryLock } from '../../src/patterns/advisory/with-advisory-lock.js';
@@ -78,7 +78,7 @@ describe.runIf(binary)('through PgBouncer in transaction pooling mode', () => {
   });
 
   it('withAdvisoryLock excludes (try → LockBusy) and leaves nothing behind', async () => {
-    const key = advisoryKeyOrThrow('pgbouncer', 'xact');
+    const key = advisoryKey('pgbouncer', 'xact');
     const g = gate();
     const first = withAdvisoryLock(tm, key, async (tx) => {
       await g.at('holding');
@@ -139,7 +139,7 @@ describe.runIf(binary)('through PgBouncer in transaction pooling mode', () => {
   });
 
   it('SessionLock is refused with TransactionPoolerDetected (detected by the probe) and locks nothing', async () => {
-    const key = advisoryKeyOrThrow('pgbouncer', 'leader');
+    const key = advisoryKey('pgbouncer', 'leader');
     const result = await SessionLock.acquire(bouncer.url, key, { checkEvery: 1000 });
     expect(result.isErr() && result.error.kind).toBe('TransactionPoolerDetected');
     expect(await advisoryLocksOnServer()).toBe(0);
@@ -155,7 +155,7 @@ describe.runIf(binary)('through PgBouncer in session pooling mode', () => {
   it('SessionLock works (a session-mode pooler keeps one backend per client) and detects a lost backend', async () => {
     const bouncer = await startPgBouncer({ target: url, poolMode: 'session', poolSize: 4 });
     try {
-      const key = advisoryKeyOrThrow('pgbouncer', 'session-leader');
+      const key = advisoryKey('pgbouncer', 'session-leader');
       const lock = (await SessionLock.acquire(bouncer.url, key, { checkEvery: 100 }))._unsafeUnwrap();
       expect(lock.held).toBe(true);
       const busy = await SessionLock.acquire(bouncer.url, key);

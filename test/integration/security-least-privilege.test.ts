@@ -5,7 +5,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { lockReport } from '../../src/diagnostics/lock-report.js';
 import { cancelBackend, terminateBackend } from '../../src/diagnostics/signal-backend.js';
-import { advisoryKeyOrThrow } from '../../src/patterns/advisory/advisory-key.js';
+import { advisoryKey } from '../../src/patterns/advisory/advisory-key.js';
 import { migrateSingleRun, singleRun } from '../../src/patterns/advisory/single-run.js';
 import { withAdvisoryLock } from '../../src/patterns/advisory/with-advisory-lock.js';
 import { Bookings } from '../../src/patterns/bookings.js';
@@ -186,7 +186,7 @@ describe('least privilege: run as the app role (DML only)', () => {
     expect((await run())._unsafeUnwrap()).toBe('posted');
     const second = await run();
     expect(second.isErr() && second.error.kind).toBe('AlreadyDone');
-    const locked = await withAdvisoryLock(tm, advisoryKeyOrThrow('tenant', 1), () => 'ran', { wait: 'try' });
+    const locked = await withAdvisoryLock(tm, advisoryKey('tenant', 1), () => 'ran', { wait: 'try' });
     expect(locked._unsafeUnwrap()).toBe('ran');
   });
 

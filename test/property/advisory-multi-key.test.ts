@@ -1,13 +1,13 @@
 import fc from 'fast-check';
 import { afterAll, describe, expect, it } from 'vitest';
-import { advisoryKeyOrThrow } from '../../src/patterns/advisory/advisory-key.js';
+import { advisoryKey } from '../../src/patterns/advisory/advisory-key.js';
 import { withAdvisoryLock } from '../../src/patterns/advisory/with-advisory-lock.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
 import { useTestDatabase } from '../helpers.js';
 
 const { pool } = await useTestDatabase({ max: 6 });
 const tm = new TxManager(pool, { defaults: { maxAttempts: 1 } });
-const KEYS = ['a', 'b', 'c', 'd'].map((k) => advisoryKeyOrThrow('multi-key', k));
+const KEYS = ['a', 'b', 'c', 'd'].map((k) => advisoryKey('multi-key', k));
 
 /** Two transactions' key lists, each taking its first key before the other asks for more. */
 const orders = fc

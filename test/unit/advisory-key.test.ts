@@ -2,7 +2,6 @@ import { fc, test } from '@fast-check/vitest';
 import { describe, expect, it } from 'vitest';
 import {
   advisoryKey,
-  advisoryKeyOrThrow,
   advisoryKeyPair,
   compareAdvisoryKeys,
   formatAdvisoryKey,
@@ -15,23 +14,29 @@ import {
 describe('advisoryKey', () => {
   it('is the first 8 bytes of sha256("namespace:id"), signed big-endian — fixed vectors (a public contract)', () => {
     // Computed independently (Python: int.from_bytes(sha256(s).digest()[:8], 'big', signed=True)).
-    expect(advisoryKey('invoice-close', 'tenant-1:2026-11')._unsafeUnwrap()).toBe(-5103727204727418209n);
-    expect(advisoryKey('daily-post', '2026-11-30')._unsafeUnwrap()).toBe(-9117061727731882274n);
-    expect(advisoryKey('a', 1)._unsafeUnwrap()).toBe(3110932526201151071n);
-    expect(advisoryKey('a', 1n)._unsafeUnwrap()).toBe(3110932526201151071n);
-    expect(advisoryKey('ns', 'éè')._unsafeUnwrap()).toBe(882441251862055131n); // UTF-8
+    expect(advisoryKey('invoice-close', 'tenant-1:2026-11')).toBe(-5103727204727418209n);
+    expect(advisoryKey('daily-post', '2026-11-30')).toBe(-9117061727731882274n);
+    expect(advisoryKey('a', 1)).toBe(3110932526201151071n);
+    expect(advisoryKey('a', 1n)).toBe(3110932526201151071n);
+    expect(advisoryKey('ns', 'éè')).toBe(882441251862055131n); // UTF-8
   });
 
   test.prop([fc.string({ minLength: 1 }).filter((s) => !s.includes(':')), fc.string({ minLength: 1 })])(
     'is deterministic and always in the signed 64-bit range',
     (ns, id) => {
-      const a = advisoryKey(ns, id)._unsafeUnwrap();
-      expect(advisoryKey(ns, id)._unsafeUnwrap()).toBe(a);
+      const a = advisoryKey(ns, id);
+      expect(advisoryKey(ns, id)).toBe(a);
       expect(isAdvisoryKey(a)).toBe(true);
     },
   );
 
-  it('rejects bad input with InvalidOptions (a value, not a throw)', () => {
+  it('returns the bigint itself, usable inline as a query parameter', () => {
+    const key: bigint = advisoryKey('a', 1);
+    expect(typeof key).toBe('bigint');
+    expect(key).toBe(3110932526201151071n);
+  });
+
+  it('throws InvalidOptions on bad input (a defect in the calling code)', () => {
     const cases: [string, string | number | bigint][] = [
       ['', 'x'],
       ['a:b', 'x'],
@@ -41,11 +46,8 @@ describe('advisoryKey', () => {
       ['ns', 2 ** 60],
     ];
     for (const [ns, id] of cases) {
-      const r = advisoryKey(ns, id);
-      expect(r.isErr() && r.error.kind).toBe('InvalidOptions');
+      expect(() => advisoryKey(ns, id)).toThrow(expect.objectContaining({ kind: 'InvalidOptions' }));
     }
-    expect(() => advisoryKeyOrThrow('', 'x')).toThrow(expect.objectContaining({ kind: 'InvalidOptions' }));
-    expect(advisoryKeyOrThrow('a', 1)).toBe(3110932526201151071n);
   });
 });
 

@@ -3,7 +3,12 @@ import { Bookings } from '../../src/patterns/bookings.js';
 import { insertOnce } from '../../src/patterns/insert-once.js';
 import { lockRows } from '../../src/patterns/lock-rows.js';
 import { parseOptions } from '../../src/patterns/parse-options.js';
-import { columnNameSchema, quoteName, tableNameSchema } from '../../src/patterns/sql-identifier.js';
+import {
+  columnNameSchema,
+  derivedName,
+  quoteName,
+  tableNameSchema,
+} from '../../src/patterns/sql-identifier.js';
 import { updateWhere } from '../../src/patterns/update-where.js';
 import { upsert } from '../../src/patterns/upsert.js';
 import type { Queryable } from '../../src/tx/types.js';
@@ -56,7 +61,7 @@ describe('the statements the patterns send', () => {
       const r = await lockRows(db, { table: 'billing.wallets', ids: [3, 1, 3, 2n], ...options });
       expect(sent).toEqual([
         {
-          text: `SELECT * FROM "billing"."wallets" WHERE "id" = ANY($1) ORDER BY "id" ${clause}`,
+          text: `SELECT *, array_positions($1, "id") AS pg_txkit_requested_positions FROM "billing"."wallets" WHERE "id" = ANY($1) ORDER BY "id" ${clause}`,
           values: [[3, 1, '2']],
         },
       ]);
@@ -65,12 +70,13 @@ describe('the statements the patterns send', () => {
   });
 
   it('lockRows: columns always include the key; a client outside a transaction is refused', async () => {
-    const { db, sent } = recorder('T', [{ sku: 'a', n: 1 }]);
+    const { db, sent } = recorder('T', [{ sku: 'a', n: 1, pg_txkit_requested_positions: [1] }]);
     const r = await lockRows(db, { table: 'stock', key: 'sku', ids: ['a', 'b'], columns: ['n'] });
     expect(sent[0]?.text).toBe(
-      'SELECT "sku", "n" FROM "stock" WHERE "sku" = ANY($1) ORDER BY "sku" FOR NO KEY UPDATE',
+      'SELECT "sku", "n", array_positions($1, "sku") AS pg_txkit_requested_positions FROM "stock" WHERE "sku" = ANY($1) ORDER BY "sku" FOR NO KEY UPDATE',
     );
-    expect(r._unsafeUnwrap().missing).toEqual(['b']);
+    // The positions column (matched ids, compared by the server) is removed from the returned rows.
+    expect(r._unsafeUnwrap()).toEqual({ rows: [{ sku: 'a', n: 1 }], missing: ['b'] });
     const idle = recorder('I');
     expect((await lockRows(idle.db, { table: 'stock', ids: [1] }))._unsafeUnwrapErr().kind).toBe(
       'NotInTransaction',
@@ -124,5 +130,19 @@ describe('the statements the patterns send', () => {
     const inTx = recorder('T', [{ id: 1 }]);
     await rooms.book(inTx.db, { resource: 7, from, to: '2030-01-01T12:00:00Z' });
     expect(inTx.sent.map((s) => s.text.split(' ')[0])).toEqual(['SAVEPOINT', 'INSERT', 'RELEASE']);
+  });
+});
+
+describe('derivedName', () => {
+  it('keeps short names; long ones fit 63 bytes and stay distinct for bases with a common prefix', () => {
+    expect(derivedName('room_bookings', 'no_overlap')).toBe('room_bookings_no_overlap');
+    const a = derivedName(`${'p'.repeat(60)}_a`, 'created_at_idx');
+    const b = derivedName(`${'p'.repeat(60)}_b`, 'created_at_idx');
+    for (const name of [a, b]) {
+      expect(Buffer.byteLength(name)).toBeLessThanOrEqual(63);
+      expect(name.endsWith('_created_at_idx')).toBe(true);
+    }
+    expect(a).not.toBe(b);
+    expect(derivedName(`${'p'.repeat(60)}_a`, 'created_at_idx')).toBe(a); // stable
   });
 });

@@ -1,5 +1,5 @@
 import pg from 'pg';
-import { advisoryKeyOrThrow } from '../../patterns/advisory/advisory-key.js';
+import { advisoryKey } from '../../patterns/advisory/advisory-key.js';
 import { findLeakedAdvisoryLocks } from '../../patterns/advisory/find-leaked-advisory-locks.js';
 import { migrateSingleRun, singleRun } from '../../patterns/advisory/single-run.js';
 import { TxManager } from '../../tx/tx-manager.js';
@@ -65,7 +65,7 @@ async function runDailyPost(context: ScenarioContext): Promise<ScenarioResult> {
     let leaked = 0;
     try {
       for (let day = 1; day <= days && !context.signal.aborted; day++) {
-        const key = advisoryKeyOrThrow('daily-post-naive', day).toString();
+        const key = advisoryKey('daily-post-naive', day).toString();
         await Promise.all(
           naivePools.flatMap((pool, replica) =>
             Array.from({ length: PATHS_PER_REPLICA }, async () => {

@@ -31,7 +31,8 @@ const INT64_MAX = 2n ** 63n - 1n;
 
 /**
  * A stable 64-bit advisory key for `(namespace, id)`: the first 8 bytes of
- * `sha256("<namespace>:<id>")` read as a signed big-endian integer.
+ * `sha256("<namespace>:<id>")` read as a signed big-endian integer — a plain `bigint`, usable inline
+ * as a query parameter or a module-level constant.
  *
  * The same input gives the same key in every process, machine, Node version and pg-txkit version
  * (it is part of the public contract). It never uses `hashtext()` (whose result PostgreSQL does not
@@ -39,55 +40,37 @@ const INT64_MAX = 2n ** 63n - 1n;
  * inputs have probability ~n²/2^65 — negligible, and a collision only serializes two unrelated
  * critical sections, it never breaks one.
  *
- * Rules (violations → `InvalidOptions`, nothing thrown): `namespace` is a non-empty string without
- * `:` (so `("a:b", "c")` and `("a", "b:c")` can never collide); `id` is a non-empty string, a safe
- * integer or a bigint. Include the tenant in the id when the work is per tenant, so independent
- * tenants do not block each other.
+ * Rules: `namespace` is a non-empty string without `:` (so `("a:b", "c")` and `("a", "b:c")` can never
+ * collide); `id` is a non-empty string, a safe integer or a bigint. A violation throws
+ * `InvalidOptions`: a wrong key is a defect in the calling code, not an outcome to handle. Include the
+ * tenant in the id when the work is per tenant, so independent tenants do not block each other.
  *
  * @example
  * const key = advisoryKey('invoice-close', `${tenantId}:${period}`);
- * if (key.isOk()) await withAdvisoryLock(tm, key.value, (tx) => closePeriod(tx));
+ * await withAdvisoryLock(tm, key, (tx) => closePeriod(tx));
+ * await pool.query('SELECT pg_advisory_xact_lock($1)', [advisoryKey('daily-post', day)]);
  */
-export function advisoryKey(
-  namespace: string,
-  id: string | number | bigint,
-): Result<AdvisoryKey, InvalidOptions> {
+export function advisoryKey(namespace: string, id: string | number | bigint): AdvisoryKey {
   if (typeof namespace !== 'string' || namespace.length === 0) {
-    return err(invalid(['namespace'], 'namespace must be a non-empty string'));
+    throw invalid(['namespace'], 'namespace must be a non-empty string');
   }
   if (namespace.includes(':')) {
-    return err(invalid(['namespace'], 'namespace must not contain ":" (it separates namespace and id)'));
+    throw invalid(['namespace'], 'namespace must not contain ":" (it separates namespace and id)');
   }
   let idText: string;
   if (typeof id === 'string') {
-    if (id.length === 0) return err(invalid(['id'], 'id must be a non-empty string'));
+    if (id.length === 0) throw invalid(['id'], 'id must be a non-empty string');
     idText = id;
   } else if (typeof id === 'number') {
-    if (!Number.isSafeInteger(id)) return err(invalid(['id'], `id must be a safe integer, got ${id}`));
+    if (!Number.isSafeInteger(id)) throw invalid(['id'], `id must be a safe integer, got ${id}`);
     idText = String(id);
   } else if (typeof id === 'bigint') {
     idText = id.toString();
   } else {
-    return err(invalid(['id'], 'id must be a string, a safe integer or a bigint'));
+    throw invalid(['id'], 'id must be a string, a safe integer or a bigint');
   }
   const digest = createHash('sha256').update(`${namespace}:${idText}`, 'utf8').digest();
-  return ok(digest.readBigInt64BE(0));
-}
-
-/**
- * {@link advisoryKey} for constants known to be valid (module-level keys): returns the key or throws
- * the `InvalidOptions` error — a wrong constant is a bug, not an expected failure.
- *
- * @example
- * const DAILY_CLOSE = advisoryKeyOrThrow('billing-close', 'daily');
- */
-export function advisoryKeyOrThrow(namespace: string, id: string | number | bigint): AdvisoryKey {
-  return advisoryKey(namespace, id).match(
-    (key) => key,
-    (error) => {
-      throw error;
-    },
-  );
+  return digest.readBigInt64BE(0);
 }
 
 /**

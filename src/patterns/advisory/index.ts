@@ -4,7 +4,6 @@ export {
   type AdvisoryKeyPair,
   type AnyAdvisoryKey,
   advisoryKey,
-  advisoryKeyOrThrow,
   advisoryKeyPair,
   formatAdvisoryKey,
   isAdvisoryKey,

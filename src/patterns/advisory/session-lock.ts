@@ -172,7 +172,7 @@ interface HeldLock {
  * leader's writes idempotent or fenced (`singleRun`, unique constraints, queue lease tokens).
  *
  * @example
- * const lock = await SessionLock.acquire(pool, advisoryKeyOrThrow('scheduler', 'leader'), { checkEvery: '2s' });
+ * const lock = await SessionLock.acquire(pool, advisoryKey('scheduler', 'leader'), { checkEvery: '2s' });
  * if (lock.isOk()) {
  *   try {
  *     await runScheduler({ signal: lock.value.lost }); // stops when the lock is lost

@@ -1,11 +1,19 @@
 import { err, errAsync, ok, type Result, type ResultAsync } from 'neverthrow';
 import pg from 'pg';
 import { z } from 'zod';
-import { AlreadyDone, type InvalidOptions, type LockBusy, type TxError } from '../../errors/index.js';
+import {
+  AlreadyDone,
+  type DatabaseFailure,
+  type InvalidOptions,
+  type LockBusy,
+  type TxError,
+} from '../../errors/index.js';
 import type { TxManager } from '../../tx/tx-manager.js';
 import type { ConstraintErrors } from '../../tx/tx-manager-options.js';
 import type { TxOptions } from '../../tx/tx-options.js';
 import type { Queryable, Tx } from '../../tx/types.js';
+import { runMigration } from '../run-migration.js';
+import { decodeStoredResult, encodeStoredResult } from '../stored-result.js';
 import { advisoryKey } from './advisory-key.js';
 import { parseOptions } from './parse-options.js';
 import { acquireXactLocks, type LockedCallback, toResult } from './with-advisory-lock.js';
@@ -74,7 +82,10 @@ export function singleRunTableSql(table: string = SINGLE_RUN_TABLE): string {
 }
 
 /**
- * Creates the table {@link singleRun} records runs in (idempotent).
+ * Creates the table {@link singleRun} records runs in (idempotent). Safe from many processes at once:
+ * the CREATE runs under a transaction-scoped advisory lock (concurrent `CREATE TABLE IF NOT EXISTS`
+ * otherwise race in the catalog), and it always resolves to a Result — a lock wait past 5 s, missing
+ * privileges or a lost connection is an `Err`, never a rejected promise.
  *
  * @example
  * await migrateSingleRun(pool); // or migrateSingleRun(pool, { table: 'jobs.single_run' })
@@ -82,11 +93,13 @@ export function singleRunTableSql(table: string = SINGLE_RUN_TABLE): string {
 export async function migrateSingleRun(
   db: Queryable,
   options: { readonly table?: string } = {},
-): Promise<Result<void, InvalidOptions>> {
+): Promise<Result<void, InvalidOptions | DatabaseFailure>> {
   const parsed = parseOptions(z.object({ table: tableSchema }).strict(), options);
   if (parsed.isErr()) return err(parsed.error);
-  await db.query(singleRunTableSql(parsed.value.table));
-  return ok(undefined);
+  const table = parsed.value.table;
+  return runMigration(db, { name: `single-run:${table}` }, async (q) => {
+    await q.query(singleRunTableSql(table));
+  });
 }
 
 /**
@@ -100,7 +113,8 @@ export async function migrateSingleRun(
  * - `fn` returns an `Err`, throws, or the transaction fails → nothing is recorded, so another replica
  *   (or the next cron tick) can do the job. A replica that cannot finish the job (no publish
  *   credentials — a developer's laptop that won the production lock) must check that first and return an `Err`: it never claims it.
- * - `fn`'s return value must be JSON-serializable (it is stored as jsonb).
+ * - `fn`'s return value is stored as jsonb: BigInts are kept (tagged) and come back as BigInts; a value
+ *   JSON cannot hold (a cycle) → `InvalidOptions` and nothing is recorded (fn's effects roll back).
  *
  * A lock is not idempotency: the lock stops two simultaneous runs; the record is what makes it once.
  * Effects outside the database (HTTP, messaging) are not covered by the transaction: register them
@@ -123,8 +137,8 @@ export function singleRun<T, E = never, C extends Record<string, unknown> = Reco
   const parsed = parseOptions(singleRunSpecSchema, spec);
   if (parsed.isErr()) return errAsync(parsed.error);
   const { name, key, table, tx: txOptions } = parsed.value;
+  // The namespace holds a validated table name (no ':'), so this cannot throw.
   const lockKey = advisoryKey(`pg-txkit/single-run/${table}`, JSON.stringify([name, key]));
-  if (lockKey.isErr()) return errAsync(lockKey.error);
   const qt = quoteTable(table);
   // No lock: plain read of the run record (a committed run is final, so reading it is enough).
   const selectSql = `SELECT result, completed_at FROM ${qt} WHERE name = $1 AND key = $2`;
@@ -136,14 +150,14 @@ export function singleRun<T, E = never, C extends Record<string, unknown> = Reco
   const alreadyDone = async (tx: Queryable): Promise<AlreadyDone<unknown> | undefined> => {
     const { rows } = await tx.query<{ result: unknown; completed_at: Date }>(selectSql, [name, key]);
     const row = rows[0];
-    return row ? new AlreadyDone<unknown>(row.result, row.completed_at) : undefined;
+    return row ? new AlreadyDone<unknown>(decodeStoredResult(row.result), row.completed_at) : undefined;
   };
 
   return tm.do(async (tx: Tx): Promise<Result<T, E | SingleRunError>> => {
     // Cheap exit for the common repeat, before taking any lock.
     const before = await alreadyDone(tx);
     if (before) return err(before);
-    const locked = await acquireXactLocks(tx, [lockKey.value], { wait: 'try' });
+    const locked = await acquireXactLocks(tx, [lockKey], { wait: 'try' });
     if (locked.isErr()) return err(locked.error as LockBusy);
     // Re-read under the lock: the previous holder may have committed between our read and our lock
     // (in read committed this statement's snapshot is taken after the lock was granted).
@@ -151,8 +165,9 @@ export function singleRun<T, E = never, C extends Record<string, unknown> = Reco
     if (after) return err(after);
     const result = toResult<T, E>(await fn(tx));
     if (result.isErr()) return err(result.error);
-    const json = JSON.stringify(result.value === undefined ? null : result.value);
-    const inserted = await tx.query(insertSql, [name, key, json]);
+    const json = encodeStoredResult(result.value);
+    if (json.isErr()) return err(json.error); // rolls back fn's effects: nothing recorded
+    const inserted = await tx.query(insertSql, [name, key, json.value]);
     if (inserted.rowCount === 0) {
       // Only reachable when the snapshot predates a concurrent run's commit: give up our effects.
       return err((await alreadyDone(tx)) ?? new AlreadyDone<unknown>(null));

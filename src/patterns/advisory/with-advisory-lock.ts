@@ -69,7 +69,7 @@ export type AdvisoryLockError = LockBusy | LockNotAvailable | InvalidOptions;
  * A lock is not idempotency: it prevents simultaneous runs, not repeated ones — see {@link singleRun}.
  *
  * @example
- * const key = advisoryKeyOrThrow('tenant-migration', tenantId);
+ * const key = advisoryKey('tenant-migration', tenantId);
  * const result = await withAdvisoryLock(tm, key, (tx) => migrateTenant(tx, tenantId), {
  *   wait: 'try',
  * });

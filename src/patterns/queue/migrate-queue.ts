@@ -3,7 +3,7 @@ import { ResultAsync } from 'neverthrow';
 import pg from 'pg';
 import { classify } from '../../errors/classify.js';
 import { DbError, type TxKitError } from '../../errors/errors.js';
-import { advisoryKeyOrThrow } from '../advisory/advisory-key.js';
+import { advisoryKey } from '../advisory/advisory-key.js';
 
 /** What {@link migrateQueue} did. */
 export interface MigrateResult {
@@ -36,7 +36,7 @@ async function loadMigrations(): Promise<Migration[]> {
 
 /** Stable signed 64-bit advisory key for a schema's migrations (`advisoryKey`: sha-256, not hashtext). */
 export function migrationLockKey(schema: string): string {
-  return advisoryKeyOrThrow('pg-txkit.queue.migrate', schema).toString();
+  return advisoryKey('pg-txkit.queue.migrate', schema).toString();
 }
 
 /** The NOTIFY channel of a queue schema (unquoted). */
