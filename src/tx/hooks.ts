@@ -42,6 +42,12 @@ export interface SlowTransactionEvent {
   readonly durationMs: number;
 }
 
+/** Passed to {@link TxHooks.onPoolError}. */
+export interface PoolErrorEvent {
+  /** What pg-pool emitted: the error of an idle pooled client whose connection failed. */
+  readonly error: Error;
+}
+
 /** Passed to {@link TxHooks.onCallbackError}. */
 export interface CallbackErrorEvent {
   readonly name: string | undefined;
@@ -52,7 +58,8 @@ export interface CallbackErrorEvent {
     | 'onRetry'
     | 'onCommit'
     | 'onRollback'
-    | 'onSlowTransaction';
+    | 'onSlowTransaction'
+    | 'onPoolError';
   readonly error: unknown;
 }
 
@@ -79,6 +86,13 @@ export interface TxHooks {
   onRollback?(event: RollbackEvent): void;
   /** When an attempt held its connection longer than `slowTransactionMs` (an external call inside a tx?). */
   onSlowTransaction?(event: SlowTransactionEvent): void;
+  /**
+   * An idle pooled client's connection failed (server restart, failover, `idle_session_timeout`, a proxy
+   * cutting idle sessions): pg-pool emitted the error on the pool and dropped the client. Without this
+   * hook (and without a `pool.on('error')` of your own) one line is written to `console.error`, at most
+   * once a minute; the process never dies of it either way.
+   */
+  onPoolError?(event: PoolErrorEvent): void;
   /**
    * An `afterCommit`/`afterRollback` callback or a hook threw. The committed transaction stays
    * committed. Default: `process.emitWarning`.
@@ -118,6 +132,13 @@ export class HookRunner {
   }
   rollback(event: RollbackEvent): void {
     this.#call('onRollback', event.name, () => this.#hooks.onRollback?.(event));
+  }
+  /** Whether an `onPoolError` hook was given (else the pool guard writes its own line). */
+  get reportsPoolErrors(): boolean {
+    return this.#hooks.onPoolError !== undefined;
+  }
+  poolError(event: PoolErrorEvent): void {
+    this.#call('onPoolError', undefined, () => this.#hooks.onPoolError?.(event));
   }
   slow(event: SlowTransactionEvent): void {
     this.#call('onSlowTransaction', event.name, () => this.#hooks.onSlowTransaction?.(event));

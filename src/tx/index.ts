@@ -6,6 +6,7 @@ export { type Duration, durationSchema, MAX_DURATION_MS } from './duration.js';
 export type {
   CallbackErrorEvent,
   CommitEvent,
+  PoolErrorEvent,
   RetryEvent,
   RollbackEvent,
   SlowTransactionEvent,

@@ -46,6 +46,7 @@ export const txManagerOptionsSchema = z
         onRollback: fn.optional(),
         onSlowTransaction: fn.optional(),
         onCallbackError: fn.optional(),
+        onPoolError: fn.optional(),
       })
       .strict()
       .optional(),

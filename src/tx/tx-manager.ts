@@ -165,9 +165,10 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
     this.#hooks = new HookRunner(options.hooks ?? {});
     this.#constraints = options.constraints ?? {};
     this.#slowMs = parsed.data.slowTransactionMs;
-    // A connection error racing pool.connect() (a FATAL in the same TCP chunk as ReadyForQuery) must
-    // not crash the process before tm.do attaches its own listener (see guard-client-errors.ts).
-    guardClientErrors(pool);
+    // An idle client's connection error (re-emitted on the pool), or one racing pool.connect(), must
+    // not crash the process, and is reported (see guard-client-errors.ts).
+    const hooks = this.#hooks;
+    guardClientErrors(pool, hooks.reportsPoolErrors ? (error) => hooks.poolError({ error }) : undefined);
     const originalConnect = pool.connect as (this: pg.Pool) => Promise<pg.PoolClient>;
     this.#connect = () => originalConnect.call(pool);
     if (this.strict) this.#guardPool(pool);
