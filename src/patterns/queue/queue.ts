@@ -133,6 +133,7 @@ function run<R extends pg.QueryResultRow>(
 }
 
 const ENQUEUE_RACE_RETRIES = 5;
+const REDRIVE_RACE_RETRIES = 5;
 
 /**
  * A JSON text (from JSON.stringify) holding an escape jsonb refuses: NUL (`\u0000`, 22P05) or a lone
@@ -562,7 +563,9 @@ export class Queue<T extends TaskMap = TaskMap> {
 
   /**
    * Puts dead jobs back to pending with their attempts reset (optionally only a task's or some ids).
-   * Returns the ids redriven.
+   * Returns the ids redriven. Of several dead jobs sharing a key, only the newest one chosen is
+   * redriven (one live job per key); the others stay dead, their `last_error` prefixed with
+   * "not redriven: job N with the same key was redriven". A dead job whose key is live again stays dead.
    *
    * @example
    * const r = await queue.redrive({ task: 'email' });
@@ -571,13 +574,21 @@ export class Queue<T extends TaskMap = TaskMap> {
     const parsed = parseOptions(redriveOptionsSchema, options);
     if (parsed.isErr()) return errAsync(parsed.error);
     const o = parsed.value;
-    return run<{ id: string }>(this.pool, this.#sql.redrive, [
-      o.task ?? null,
-      o.ids?.map(String) ?? null,
-      o.limit,
-    ])
-      .map((res) => res.rows.map((r) => String(r.id)))
-      .andThen((ids) => (ids.length > 0 ? run(this.pool, this.#sql.notify, []).map(() => ids) : ok(ids)));
+    const params = [o.task ?? null, o.ids?.map(String) ?? null, o.limit];
+    // A concurrent enqueue or redrive took one of the keys after this statement's snapshot (23505), or
+    // two redrives noting each other's keys deadlocked (40P01): the statement changed nothing, so it
+    // runs again with a fresh snapshot, which sees that key live and leaves its dead jobs alone. Bounded.
+    const attempt = (left: number): ResultAsync<string[], DatabaseFailure> =>
+      run<{ id: string }>(this.pool, this.#sql.redrive, params)
+        .map((res) => res.rows.map((r) => String(r.id)))
+        .orElse((e) =>
+          left > 0 && (e.kind === 'UniqueViolation' || e.kind === 'DeadlockDetected')
+            ? attempt(left - 1)
+            : errAsync(e),
+        );
+    return attempt(REDRIVE_RACE_RETRIES).andThen((ids) =>
+      ids.length > 0 ? run(this.pool, this.#sql.notify, []).map(() => ids) : ok(ids),
+    );
   }
 
   /**
