@@ -3,6 +3,7 @@ export type { EnqueuedJob, Job, JobLease, JobState } from './job.js';
 export { type MigrateResult, migrateQueue } from './migrate-queue.js';
 export {
   type ClaimOptions,
+  type CompleteManyResult,
   type EnqueueError,
   type EnqueueManyOptions,
   type EnqueueManyResult,
@@ -22,6 +23,7 @@ export {
   type TaskMap,
 } from './queue.js';
 export { SettleBatcher, type SettleBatcherOptions, type SettleOutcome } from './settle-batcher.js';
+export type { InvalidLease } from './split-leases.js';
 export {
   HandlerTimeoutError,
   type JobContext,

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { durationSchema } from '../../tx/duration.js';
+import { isJobId } from './split-leases.js';
 
 /**
  * A duration: the transaction module's schema (ms as a number, or '500ms', '2s', '5m', '1h'), bounded to
@@ -59,10 +60,20 @@ export const queueOptionsSchema = z.strictObject({
   lease: durationSchema.default(30_000),
 });
 
+/**
+ * The earliest instant PostgreSQL's timestamptz stores (4714-11-24 00:00 UTC BC, Julian day 0). An
+ * earlier runAt reached the server and failed with 22008; the latest JavaScript Date (year 275760) is
+ * within its range (294276 AD).
+ */
+const EARLIEST_TIMESTAMP = new Date(Date.UTC(-4713, 10, 24));
+
 /** Options of `enqueue`. */
 export const enqueueOptionsSchema = z.strictObject({
   /** Earliest time the job may run (default now). */
-  runAt: z.date().optional(),
+  runAt: z
+    .date()
+    .min(EARLIEST_TIMESTAMP, 'before the earliest timestamp PostgreSQL stores (4714-11-24 BC)')
+    .optional(),
   /** Lower runs first (default 0). */
   priority: z.number().int().min(-2_147_483_648).max(2_147_483_647).default(0),
   /** Unique key among live (pending or running) jobs of the task; a duplicate returns the existing job. */
@@ -102,7 +113,13 @@ export const redriveOptionsSchema = z.strictObject({
   /** Only dead jobs of this task. */
   task: taskName.optional(),
   /** Only these job ids. */
-  ids: z.array(z.union([z.string().regex(/^\d+$/), z.number().int().nonnegative()])).optional(),
+  ids: z
+    .array(
+      z
+        .union([z.string().regex(/^\d+$/), z.number().int().nonnegative()])
+        .refine(isJobId, 'not a job id (beyond bigint)'),
+    )
+    .optional(),
   /** At most this many jobs (default 1000). */
   limit: z.number().int().min(1).max(1_000_000).default(1000),
 });

@@ -147,21 +147,47 @@ export function queueStatements(
         RETURNING j.id, j.task, j.payload, j.attempts, j.key, j.last_error, j.created_at
       )${archiveDone('cancelled', 'gone')}
       SELECT id FROM gone`,
-    // Lock: FOR UPDATE SKIP LOCKED on dead jobs chosen by the filter, then the UPDATE. A dead job whose
-    // key is live again (a new job took it) stays dead rather than violating jobs_key.
+    // Lock: FOR UPDATE SKIP LOCKED on the dead jobs chosen, then the UPDATE's row locks; FOR NO KEY
+    // UPDATE on the older dead jobs of the same keys (their note). Only one job per (task, key) may be
+    // live (jobs_key): of several dead jobs sharing a key, only the newest one chosen by the filter is
+    // redriven, the others stay dead with a note saying which one was (before, two of them made the
+    // whole batch fail with a UniqueViolation). A dead job whose key is live again stays dead too. A
+    // concurrent enqueue or redrive of the same key can still win the race between this statement's
+    // snapshot and its UPDATE (23505): redrive() then runs the statement again with a fresh snapshot.
     redrive: `
-      WITH d AS MATERIALIZED (
-        SELECT id FROM ${jobs} j
+      WITH chosen AS MATERIALIZED (
+        SELECT id, task, key FROM ${jobs}
          WHERE state = 'dead' AND ($1::text IS NULL OR task = $1) AND ($2::bigint[] IS NULL OR id = ANY($2))
-           AND NOT (key IS NOT NULL AND EXISTS (
+      ),
+      newest AS MATERIALIZED (
+        SELECT c.id FROM chosen c
+         WHERE c.key IS NULL
+            OR NOT EXISTS (SELECT 1 FROM chosen n WHERE n.task = c.task AND n.key = c.key AND n.id > c.id)
+      ),
+      d AS MATERIALIZED (
+        SELECT j.id FROM ${jobs} j
+         WHERE j.id IN (SELECT id FROM newest) AND j.state = 'dead'
+           AND NOT (j.key IS NOT NULL AND EXISTS (
              SELECT 1 FROM ${jobs} o WHERE o.task = j.task AND o.key = j.key AND o.state IN ('pending', 'running')))
-         ORDER BY id
+         ORDER BY j.id
          LIMIT $3
          FOR UPDATE SKIP LOCKED
+      ),
+      up AS (
+        UPDATE ${jobs} j SET state = 'pending', attempts = 0, run_at = now(), updated_at = now()
+          FROM d WHERE j.id = d.id AND j.state = 'dead'
+        RETURNING j.id, j.task, j.key
+      ),
+      noted AS (
+        UPDATE ${jobs} o
+           SET last_error = 'not redriven: job ' || up.id || ' with the same key was redriven; '
+                            || regexp_replace(coalesce(o.last_error, ''), '^not redriven: [^;]*; ', ''),
+               updated_at = now()
+          FROM up
+         WHERE up.key IS NOT NULL AND o.task = up.task AND o.key = up.key AND o.state = 'dead' AND o.id <> up.id
+        RETURNING o.id
       )
-      UPDATE ${jobs} j SET state = 'pending', attempts = 0, run_at = now(), updated_at = now()
-        FROM d WHERE j.id = d.id AND j.state = 'dead'
-      RETURNING j.id`,
+      SELECT id FROM up ORDER BY id`,
     // Lock: ACCESS SHARE on jobs (plain read, MVCC snapshot): blocks nothing but DDL.
     stats: `
       SELECT count(*) FILTER (WHERE state = 'pending')::int AS pending,

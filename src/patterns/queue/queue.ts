@@ -1,4 +1,4 @@
-import { err, errAsync, ok, type Result, ResultAsync } from 'neverthrow';
+import { err, errAsync, ok, okAsync, type Result, ResultAsync } from 'neverthrow';
 import type pg from 'pg';
 import type { z } from 'zod';
 import { classify } from '../../errors/classify.js';
@@ -25,6 +25,7 @@ import {
   redriveOptionsSchema,
 } from './queue-options.js';
 import { type QueueStatements, queueStatements } from './queue-sql.js';
+import { type InvalidLease, invalidLease, isJobId, splitLeases } from './split-leases.js';
 import type { WorkHandlers, WorkOptionsInput } from './worker.js';
 import { QueueWorker } from './worker.js';
 
@@ -71,6 +72,16 @@ export interface EnqueueManyResult {
   readonly ids: readonly string[];
   /** Payloads skipped because a live job already had their key. */
   readonly skipped: number;
+}
+
+/** Result of {@link Queue.completeMany}. */
+export interface CompleteManyResult {
+  /** Ids completed. */
+  readonly completed: string[];
+  /** Ids whose lease was lost (someone else owns the job now; nothing changed). */
+  readonly lost: string[];
+  /** Items with a malformed id or lease token, each with its error (sent nowhere). */
+  readonly invalid: InvalidLease[];
 }
 
 /** Result of {@link Queue.fail}. */
@@ -133,6 +144,7 @@ function run<R extends pg.QueryResultRow>(
 }
 
 const ENQUEUE_RACE_RETRIES = 5;
+const REDRIVE_RACE_RETRIES = 5;
 
 /**
  * A JSON text (from JSON.stringify) holding an escape jsonb refuses: NUL (`\u0000`, 22P05) or a lone
@@ -401,32 +413,37 @@ export class Queue<T extends TaskMap = TaskMap> {
    * if (done.isErr() && done.error.kind === 'LeaseLost') console.log('someone else owns it now');
    */
   complete(job: JobLease, db: Db = this.pool): ResultAsync<void, SettleError> {
+    const invalid = invalidLease(job);
+    if (invalid !== undefined) return errAsync(invalid);
     return this.completeMany([job], db).andThen((r) =>
       r.lost.length > 0 ? err(new LeaseLost(job.id)) : ok(undefined),
     );
   }
 
   /**
-   * Completes many jobs in ONE statement; reports which ones were completed and which had lost
-   * their lease.
+   * Completes many jobs in ONE statement; reports which ones were completed, which had lost their
+   * lease, and which had a malformed id or lease token (each with its own InvalidOptions; the others
+   * are completed all the same).
    *
    * @example
    * const r = await queue.completeMany(jobs);
-   * if (r.isOk()) console.log(r.value.completed.length, r.value.lost.length);
+   * if (r.isOk()) console.log(r.value.completed.length, r.value.lost.length, r.value.invalid.length);
    */
   completeMany(
     jobs: readonly JobLease[],
     db: Db = this.pool,
-  ): ResultAsync<{ completed: string[]; lost: string[] }, DatabaseFailure> {
+  ): ResultAsync<CompleteManyResult, DatabaseFailure> {
+    const { valid, invalid } = splitLeases(jobs, (j) => j);
+    if (valid.length === 0) return okAsync({ completed: [], lost: [], invalid });
     return run<{ id: string }>(db, this.#sql.complete, [
-      jobs.map((j) => j.id),
-      jobs.map((j) => j.leaseToken),
+      valid.map((j) => j.id),
+      valid.map((j) => j.leaseToken),
     ]).map((res) => {
       const done = new Set(res.rows.map((r) => String(r.id)));
       const completed: string[] = [];
       const lost: string[] = [];
-      for (const j of jobs) (done.has(j.id) ? completed : lost).push(j.id);
-      return { completed, lost };
+      for (const j of valid) (done.has(j.id) ? completed : lost).push(j.id);
+      return { completed, lost, invalid };
     });
   }
 
@@ -439,6 +456,8 @@ export class Queue<T extends TaskMap = TaskMap> {
    * await queue.fail(job, 'SMTP 451', { retryIn: '30s' });
    */
   fail(job: JobLease, error: unknown, options: FailOptions = {}): ResultAsync<FailResult, SettleError> {
+    const invalid = invalidLease(job);
+    if (invalid !== undefined) return errAsync(invalid);
     const parsed = parseOptions(failOptionsSchema, options);
     if (parsed.isErr()) return errAsync(parsed.error);
     const o = parsed.value;
@@ -452,12 +471,14 @@ export class Queue<T extends TaskMap = TaskMap> {
 
   /**
    * Writes many failures in ONE statement. The map holds the jobs that were still ours; a job missing
-   * from it had lost its lease.
+   * from it had lost its lease (or had a malformed id or lease token, which is sent nowhere).
    *
    * @example
    * const r = await queue.failMany([{ job, error: 'timeout' }]);
    */
-  failMany(items: readonly FailItem[]): ResultAsync<Map<string, FailResult>, DatabaseFailure> {
+  failMany(all: readonly FailItem[]): ResultAsync<Map<string, FailResult>, DatabaseFailure> {
+    const items = splitLeases(all, (i) => i.job).valid;
+    if (items.length === 0) return okAsync(new Map());
     return run<{ id: string; state: 'pending' | 'dead'; run_at: Date }>(this.pool, this.#sql.fail, [
       items.map((i) => i.job.id),
       items.map((i) => i.job.leaseToken),
@@ -477,6 +498,8 @@ export class Queue<T extends TaskMap = TaskMap> {
    * const until = await queue.extend(job, '2m');
    */
   extend(job: JobLease, lease: number | string = this.leaseMs): ResultAsync<Date, SettleError> {
+    const invalid = invalidLease(job);
+    if (invalid !== undefined) return errAsync(invalid);
     return this.extendMany([job], lease).andThen((r) => {
       const until = r.get(job.id);
       return until === undefined ? err(new LeaseLost(job.id)) : ok(until);
@@ -484,7 +507,8 @@ export class Queue<T extends TaskMap = TaskMap> {
   }
 
   /**
-   * Extends many leases in one statement; the map holds the jobs still ours and their new expiry.
+   * Extends many leases in one statement; the map holds the jobs still ours and their new expiry (a
+   * job with a malformed id or lease token is sent nowhere and missing from it).
    *
    * @example
    * const r = await queue.extendMany(jobs, '30s');
@@ -495,9 +519,11 @@ export class Queue<T extends TaskMap = TaskMap> {
   ): ResultAsync<Map<string, Date>, InvalidOptions | DatabaseFailure> {
     const parsed = parseOptions(claimOptionsSchema.shape.lease, lease);
     if (parsed.isErr()) return errAsync(parsed.error);
+    const valid = splitLeases(jobs, (j) => j).valid;
+    if (valid.length === 0) return okAsync(new Map());
     return run<{ id: string; lease_expires_at: Date }>(this.pool, this.#sql.extend, [
-      jobs.map((j) => j.id),
-      jobs.map((j) => j.leaseToken),
+      valid.map((j) => j.id),
+      valid.map((j) => j.leaseToken),
       parsed.value ?? this.leaseMs,
     ]).map((res) => new Map(res.rows.map((r) => [String(r.id), r.lease_expires_at])));
   }
@@ -509,8 +535,9 @@ export class Queue<T extends TaskMap = TaskMap> {
    * @example
    * await queue.release(jobs);
    */
-  release(jobs: readonly JobLease[]): ResultAsync<string[], DatabaseFailure> {
-    if (jobs.length === 0) return ResultAsync.fromSafePromise(Promise.resolve([]));
+  release(all: readonly JobLease[]): ResultAsync<string[], DatabaseFailure> {
+    const jobs = splitLeases(all, (j) => j).valid;
+    if (jobs.length === 0) return okAsync([]);
     return run<{ id: string }>(this.pool, this.#sql.release, [
       jobs.map((j) => j.id),
       jobs.map((j) => j.leaseToken),
@@ -554,7 +581,8 @@ export class Queue<T extends TaskMap = TaskMap> {
    * await queue.cancel(job.id);
    */
   cancel(id: string | number): ResultAsync<void, NotFound | DatabaseFailure> {
-    if (!/^\d+$/.test(String(id))) return errAsync(new NotFound(`${this.schema}.jobs`, [id]));
+    // An id that cannot be a job id (not a decimal, or beyond bigint: a raw 22003 before) names no job.
+    if (!isJobId(id)) return errAsync(new NotFound(`${this.schema}.jobs`, [id]));
     return run<{ id: string }>(this.pool, this.#sql.cancel, [String(id)]).andThen((res) =>
       res.rowCount === 0 ? err(new NotFound(`${this.schema}.jobs`, [id])) : ok(undefined),
     );
@@ -562,7 +590,9 @@ export class Queue<T extends TaskMap = TaskMap> {
 
   /**
    * Puts dead jobs back to pending with their attempts reset (optionally only a task's or some ids).
-   * Returns the ids redriven.
+   * Returns the ids redriven. Of several dead jobs sharing a key, only the newest one chosen is
+   * redriven (one live job per key); the others stay dead, their `last_error` prefixed with
+   * "not redriven: job N with the same key was redriven". A dead job whose key is live again stays dead.
    *
    * @example
    * const r = await queue.redrive({ task: 'email' });
@@ -571,13 +601,21 @@ export class Queue<T extends TaskMap = TaskMap> {
     const parsed = parseOptions(redriveOptionsSchema, options);
     if (parsed.isErr()) return errAsync(parsed.error);
     const o = parsed.value;
-    return run<{ id: string }>(this.pool, this.#sql.redrive, [
-      o.task ?? null,
-      o.ids?.map(String) ?? null,
-      o.limit,
-    ])
-      .map((res) => res.rows.map((r) => String(r.id)))
-      .andThen((ids) => (ids.length > 0 ? run(this.pool, this.#sql.notify, []).map(() => ids) : ok(ids)));
+    const params = [o.task ?? null, o.ids?.map(String) ?? null, o.limit];
+    // A concurrent enqueue or redrive took one of the keys after this statement's snapshot (23505), or
+    // two redrives noting each other's keys deadlocked (40P01): the statement changed nothing, so it
+    // runs again with a fresh snapshot, which sees that key live and leaves its dead jobs alone. Bounded.
+    const attempt = (left: number): ResultAsync<string[], DatabaseFailure> =>
+      run<{ id: string }>(this.pool, this.#sql.redrive, params)
+        .map((res) => res.rows.map((r) => String(r.id)))
+        .orElse((e) =>
+          left > 0 && (e.kind === 'UniqueViolation' || e.kind === 'DeadlockDetected')
+            ? attempt(left - 1)
+            : errAsync(e),
+        );
+    return attempt(REDRIVE_RACE_RETRIES).andThen((ids) =>
+      ids.length > 0 ? run(this.pool, this.#sql.notify, []).map(() => ids) : ok(ids),
+    );
   }
 
   /**

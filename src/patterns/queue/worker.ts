@@ -1,10 +1,9 @@
 import { err, ok, type ResultAsync } from 'neverthrow';
-import pg from 'pg';
 import { z } from 'zod';
 import { LeaseLost, type TxKitError } from '../../errors/errors.js';
 import type { Tx } from '../../tx/types.js';
-import { TransactionPoolerDetected } from '../advisory/session-lock.js';
 import type { Job } from './job.js';
+import { JobListener } from './job-listener.js';
 import type { Queue, TaskMap } from './queue.js';
 import { errorText } from './queue.js';
 import { durationSchema, parseOptions } from './queue-options.js';
@@ -176,7 +175,6 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
   readonly #buffer: { readonly job: Job; lastExtendAt: number }[] = [];
   readonly #wake = new Wakeup();
   readonly #slot = new Wakeup();
-  readonly #listenRetry = new Wakeup();
   readonly #batcher: SettleBatcher;
   readonly #counters = {
     started: 0,
@@ -194,9 +192,7 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
   #stopPromise: Promise<void> | undefined;
   #resolveDone: () => void = () => {};
   #loopDone: Promise<void> = Promise.resolve();
-  #listenDone: Promise<void> = Promise.resolve();
-  #listener: pg.PoolClient | undefined;
-  #listening = false;
+  readonly #listener: JobListener | undefined;
   #heartbeatTimer: ReturnType<typeof setInterval> | undefined;
 
   /** Use `queue.work(handlers, options)`. Throws InvalidOptions on invalid options (a defect). */
@@ -230,8 +226,16 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
       return;
     }
     signal?.addEventListener('abort', () => void this.stop(), { once: true });
-    // Neither loop may end in an unhandled rejection: a defect is reported and stops the worker.
-    if (this.#o.listen) this.#listenDone = this.#listenLoop().catch((e: unknown) => this.#error(e, 'listen'));
+    if (this.#o.listen) {
+      this.#listener = new JobListener({
+        connection: queue.pool.options,
+        channel: queue.channel,
+        onWake: () => this.#wake.wake(),
+        onError: (e) => this.#error(e, 'listen'),
+      });
+      this.#listener.start();
+    }
+    // The loop may not end in an unhandled rejection: a defect is reported and stops the worker.
     this.#loopDone = this.#claimLoop().catch((e: unknown) => {
       this.#error(e, 'worker');
       void this.stop();
@@ -251,7 +255,7 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
 
   /** Whether the LISTEN connection is up (false in poll-only mode). */
   get listening(): boolean {
-    return this.#listening;
+    return this.#listener?.listening ?? false;
   }
 
   /** Counters so far (a snapshot). */
@@ -276,10 +280,16 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
     this.#stopping = true;
     this.#wake.wake();
     this.#slot.wake();
-    this.#listenRetry.wake();
     for (const t of this.#timers) clearInterval(t);
     try {
-      await this.#loopDone;
+      // A claim waiting for a pool slot (every client held by the user) must not hold stop() forever:
+      // wait for it up to graceMs; if it lands later, the loop gives its jobs back itself.
+      let graceTimer: ReturnType<typeof setTimeout> | undefined;
+      const grace = new Promise<void>((resolve) => {
+        graceTimer = setTimeout(resolve, this.#o.graceMs);
+      });
+      await Promise.race([this.#loopDone, grace]);
+      clearTimeout(graceTimer);
       // Claimed but never started: give them back now.
       const buffered = this.#buffer.splice(0).map((b) => b.job);
       if (buffered.length > 0) {
@@ -305,11 +315,7 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
       this.#error(e, 'worker');
     } finally {
       clearInterval(this.#heartbeatTimer);
-      const listener = this.#listener;
-      this.#listener = undefined;
-      this.#listening = false;
-      listener?.release(true);
-      await this.#listenDone.catch(() => {});
+      await this.#listener?.stop();
     }
   }
 
@@ -540,85 +546,6 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
       if (r.value.requeued > 0) this.#wake.wake();
     } catch (e) {
       this.#error(e, 'reap');
-    }
-  }
-
-  /**
-   * Probes the LISTEN session for a transaction-mode pooler, as SessionLock does: a separate connection
-   * (a new client, not a pool slot) served by the same backend pid, or our own consecutive statements
-   * served by two backends. Returns the evidence, or undefined for a real session.
-   */
-  async #poolerEvidence(client: pg.PoolClient): Promise<string | undefined> {
-    // No lock: the backend pid of a session.
-    const pidOf = async (c: pg.ClientBase) =>
-      Number((await c.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]?.pid);
-    const first = await pidOf(client);
-    const probe = new pg.Client(this.#queue.pool.options as pg.ClientConfig);
-    probe.on('error', () => {});
-    let other: number;
-    try {
-      await probe.connect();
-      other = await pidOf(probe);
-    } finally {
-      await probe.end().catch(() => {});
-    }
-    const again = await pidOf(client);
-    if (other === first) return `two connections were served by the same backend pid ${first}`;
-    if (again !== first) return `consecutive statements ran on backends ${first} and ${again}`;
-    return undefined;
-  }
-
-  async #listenLoop(): Promise<void> {
-    let failures = 0;
-    while (!this.#stopping) {
-      let client: pg.PoolClient | undefined;
-      try {
-        client = await this.#queue.pool.connect();
-        const lost = new Promise<unknown>((resolve) => {
-          client?.on('error', resolve);
-          client?.on('end', () => resolve(new Error('LISTEN connection ended')));
-        });
-        client.on('notification', () => this.#wake.wake());
-        // Behind a transaction-mode pooler (PgBouncer …) LISTEN "succeeds" on whichever server connection
-        // ran it, and the notifications then go to another client or nowhere: the worker was silently
-        // deaf, and a lost LISTEN backend went unnoticed (found by the pgbouncer run of the integration
-        // suite, docs/pgbouncer.md). Refuse it clearly: report TransactionPoolerDetected (phase 'listen')
-        // and stay poll-only. The probe cannot see a pooler that happens to keep us on one backend. It runs
-        // before LISTEN, so LISTEN stays the session's last statement (operators find it in pg_stat_activity).
-        const evidence = await this.#poolerEvidence(client);
-        if (evidence !== undefined) {
-          client.release(true);
-          if (!this.#stopping)
-            this.#error(new TransactionPoolerDetected(`queue worker LISTEN: ${evidence}`), 'listen');
-          return;
-        }
-        // LISTEN takes no lock; it registers this session for the channel until it ends.
-        await client.query(`LISTEN ${pg.escapeIdentifier(this.#queue.channel)}`);
-        if (this.#stopping) {
-          client.release(true);
-          return;
-        }
-        this.#listener = client;
-        this.#listening = true;
-        failures = 0;
-        // Notifications may have been missed while (re)connecting.
-        this.#wake.wake();
-        const why = await lost;
-        this.#listening = false;
-        if (this.#stopping) return;
-        this.#listener = undefined;
-        client.release(why instanceof Error ? why : true);
-        client = undefined;
-        this.#error(why, 'listen');
-      } catch (e) {
-        this.#listening = false;
-        if (client !== undefined && this.#listener !== client) client.release(true);
-        if (this.#stopping) return;
-        this.#error(e, 'listen');
-      }
-      failures++;
-      // Polling covers the gap; reconnect with a bounded backoff, at once on stop.
-      await this.#listenRetry.wait(Math.min(5000, 100 * 2 ** Math.min(failures, 6)));
     }
   }
 }

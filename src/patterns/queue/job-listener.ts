@@ -1,0 +1,146 @@
+import pg from 'pg';
+import { TransactionPoolerDetected } from '../advisory/session-lock.js';
+import { Wakeup } from './wakeup.js';
+
+/** Options of {@link JobListener}. */
+export interface JobListenerOptions {
+  /** Connection settings of the LISTEN session (the pool's own `options`: same server, same credentials). */
+  readonly connection: pg.ClientConfig;
+  /** The NOTIFY channel (unquoted). */
+  readonly channel: string;
+  /** Called on every notification, and once after each (re)connection (notifications may have been missed). */
+  readonly onWake: () => void;
+  /** Called with each connection error; the listener reconnects with a bounded backoff. */
+  readonly onError: (error: unknown) => void;
+}
+
+/** Longest pause between two reconnection attempts. */
+const MAX_BACKOFF_MS = 5000;
+
+/**
+ * The worker's LISTEN session: a connection of its OWN (a `pg.Client` built from the pool's options),
+ * never a slot of the user's pool. Held in the pool, it starved a worker on a pool of `max: 1` (common
+ * on serverless) — and N workers on a pool of N — of every claim, and `stop()` never returned.
+ * Reconnects with a bounded exponential backoff (polling covers the gap); refuses a transaction-mode
+ * pooler, where LISTEN "succeeds" on a server connection that then serves other clients.
+ *
+ * @example
+ * const listener = new JobListener({ connection: pool.options, channel: 'jobs', onWake: () => wake(), onError: console.error });
+ * listener.start();
+ * await listener.stop();
+ */
+export class JobListener {
+  readonly #o: JobListenerOptions;
+  readonly #retry = new Wakeup();
+  #client: pg.Client | undefined;
+  #listening = false;
+  #stopped = false;
+  #done: Promise<void> = Promise.resolve();
+
+  constructor(options: JobListenerOptions) {
+    this.#o = options;
+  }
+
+  /** Whether the LISTEN session is up. */
+  get listening(): boolean {
+    return this.#listening;
+  }
+
+  /** Starts listening (returns at once; connection errors go to `onError`). */
+  start(): void {
+    this.#done = this.#loop().catch((e: unknown) => this.#o.onError(e));
+  }
+
+  /** Closes the session and stops reconnecting. Always resolves, whatever the connection's state. */
+  async stop(): Promise<void> {
+    this.#stopped = true;
+    this.#listening = false;
+    this.#retry.wake();
+    const client = this.#client;
+    this.#client = undefined;
+    // end() on a connecting or busy client destroys its socket: the loop's wait ends with it.
+    await client?.end().catch(() => {});
+    await this.#done;
+  }
+
+  #newClient(): pg.Client {
+    // keepAlive: a TCP connection cut by a proxy (no FIN) is noticed by the kernel instead of never.
+    const client = new pg.Client({ ...this.#o.connection, keepAlive: true });
+    // A connection error after start must never be an uncaught 'error' event.
+    client.on('error', () => {});
+    return client;
+  }
+
+  async #loop(): Promise<void> {
+    let failures = 0;
+    while (!this.#stopped) {
+      const client = this.#newClient();
+      this.#client = client;
+      const lost = new Promise<unknown>((resolve) => {
+        client.on('error', resolve);
+        client.on('end', () => resolve(new Error('LISTEN connection ended')));
+      });
+      try {
+        await client.connect();
+        // Behind a transaction-mode pooler (PgBouncer …) LISTEN "succeeds" on whichever server
+        // connection ran it, and the notifications then go to another client or nowhere: the worker was
+        // silently deaf (found by the pgbouncer run of the integration suite, docs/pgbouncer.md). Refuse
+        // it clearly and stay poll-only. The probe runs before LISTEN, so LISTEN stays the session's
+        // last statement (operators find it in pg_stat_activity).
+        const evidence = await this.#poolerEvidence(client);
+        if (evidence !== undefined) {
+          if (!this.#stopped)
+            this.#o.onError(new TransactionPoolerDetected(`queue worker LISTEN: ${evidence}`));
+          await client.end().catch(() => {});
+          return;
+        }
+        // LISTEN takes no lock; it registers this session for the channel until the session ends.
+        await client.query(`LISTEN ${pg.escapeIdentifier(this.#o.channel)}`);
+        client.on('notification', () => this.#o.onWake());
+        if (this.#stopped) break;
+        this.#listening = true;
+        failures = 0;
+        // Notifications may have been missed while (re)connecting.
+        this.#o.onWake();
+        const why = await lost;
+        this.#listening = false;
+        if (this.#stopped) break;
+        this.#o.onError(why);
+      } catch (e) {
+        this.#listening = false;
+        if (this.#stopped) break;
+        this.#o.onError(e);
+      } finally {
+        if (this.#client === client) this.#client = undefined;
+        void client.end().catch(() => {});
+      }
+      failures++;
+      // Polling covers the gap; reconnect with a bounded backoff, at once on stop.
+      await this.#retry.wait(Math.min(MAX_BACKOFF_MS, 100 * 2 ** Math.min(failures, 6)));
+    }
+  }
+
+  /**
+   * Probes the session for a transaction-mode pooler, as SessionLock does: a second connection served
+   * by the same backend pid, or our own consecutive statements served by two backends. Returns the
+   * evidence, or undefined for a real session.
+   */
+  async #poolerEvidence(client: pg.Client): Promise<string | undefined> {
+    // No lock: the backend pid of a session.
+    const pidOf = async (c: pg.ClientBase) =>
+      Number((await c.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]?.pid);
+    const first = await pidOf(client);
+    const probe = this.#newClient();
+    let other: number;
+    try {
+      await probe.connect();
+      other = await pidOf(probe);
+    } finally {
+      await probe.end().catch(() => {});
+    }
+    const again = await pidOf(client);
+    if (other === first) return `two connections were served by the same backend pid ${first}`;
+    if (again !== first) return `consecutive statements ran on backends ${first} and ${again}`;
+    return undefined;
+  }
+}

@@ -1,0 +1,114 @@
+// Bad input to the queue: a typed error for that input, before any SQL where it can be decided
+// locally, and nothing else lost (one malformed item does not fail the rest of its batch).
+import pg from 'pg';
+import { afterAll, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { Queue } from '../../src/patterns/queue/index.js';
+import { TxManager } from '../../src/tx/tx-manager.js';
+import { useTestDatabase } from '../helpers.js';
+
+const { url } = await useTestDatabase({ max: 2 });
+const pool = new pg.Pool({ connectionString: url });
+const pools = [pool];
+afterAll(() => Promise.all(pools.map((p) => p.end())));
+const tasks = { email: z.object({ to: z.string() }) };
+let seq = 0;
+
+/** A queue whose pool counts the statements sent to the server. */
+async function freshQueue() {
+  const schema = `q_bad_${++seq}`;
+  const setup = new Queue({ pool, txManager: new TxManager(pool), schema, tasks });
+  (await setup.migrate())._unsafeUnwrap();
+  const sent: string[] = [];
+  const counting = new pg.Pool({ connectionString: url, max: 2 });
+  const query = counting.query.bind(counting) as (...args: unknown[]) => unknown;
+  Object.assign(counting, {
+    query: (...args: unknown[]) => {
+      sent.push(String(args[0]));
+      return query(...args);
+    },
+  });
+  pools.push(counting);
+  const queue = new Queue({ pool: counting, txManager: new TxManager(counting), schema, tasks });
+  return { queue, sent };
+}
+
+const BEYOND_BIGINT = '9223372036854775808';
+
+describe('ids beyond bigint', () => {
+  it('cancel: NotFound, nothing sent', async () => {
+    const { queue, sent } = await freshQueue();
+    const r = await queue.cancel(BEYOND_BIGINT);
+    expect(r._unsafeUnwrapErr().kind).toBe('NotFound');
+    expect(sent).toEqual([]);
+  });
+
+  it('redrive: InvalidOptions, nothing sent', async () => {
+    const { queue, sent } = await freshQueue();
+    const r = await queue.redrive({ ids: ['1', BEYOND_BIGINT] });
+    expect(r._unsafeUnwrapErr().kind).toBe('InvalidOptions');
+    expect(sent).toEqual([]);
+  });
+});
+
+describe('one malformed lease in a batch', () => {
+  it('completeMany: that item gets InvalidOptions, the others complete', async () => {
+    const { queue } = await freshQueue();
+    (await queue.enqueueMany(pool, 'email', [{ to: 'a' }, { to: 'b' }, { to: 'c' }]))._unsafeUnwrap();
+    const [a, b, c] = (await queue.claim({ batch: 3 }))._unsafeUnwrap();
+    const bad = { id: b!.id, leaseToken: 'not-a-uuid' };
+    const beyond = { id: BEYOND_BIGINT, leaseToken: c!.leaseToken };
+    const r = (await queue.completeMany([a!, bad, beyond, c!]))._unsafeUnwrap();
+    expect(r.completed).toEqual([a!.id, c!.id]);
+    expect(r.lost).toEqual([]);
+    expect(r.invalid.map((i) => [i.id, i.error.kind])).toEqual([
+      [b!.id, 'InvalidOptions'],
+      [BEYOND_BIGINT, 'InvalidOptions'],
+    ]);
+    expect((await queue.complete(bad))._unsafeUnwrapErr().kind).toBe('InvalidOptions');
+    // b is still running under its real lease, which still completes it.
+    expect((await queue.complete(b!)).isOk()).toBe(true);
+  });
+
+  it('failMany, extendMany and release skip the malformed item and settle the rest', async () => {
+    const { queue } = await freshQueue();
+    (await queue.enqueueMany(pool, 'email', [{ to: 'a' }, { to: 'b' }]))._unsafeUnwrap();
+    const [a, b] = (await queue.claim({ batch: 2 }))._unsafeUnwrap();
+    const bad = { id: a!.id, leaseToken: 'zzz' };
+    expect((await queue.extendMany([bad, a!, b!]))._unsafeUnwrap().size).toBe(2);
+    expect((await queue.fail(bad, 'x'))._unsafeUnwrapErr().kind).toBe('InvalidOptions');
+    const failed = (
+      await queue.failMany([
+        { job: bad, error: 'x' },
+        { job: a!, error: 'y' },
+      ])
+    )._unsafeUnwrap();
+    expect([...failed.keys()]).toEqual([a!.id]);
+    expect((await queue.release([bad, b!]))._unsafeUnwrap()).toEqual([b!.id]);
+  });
+});
+
+describe('runAt outside PostgreSQL timestamp range', () => {
+  const ancient = new Date(Date.UTC(-5000, 0, 1));
+
+  it('enqueue: InvalidOptions on runAt, nothing sent', async () => {
+    const { queue, sent } = await freshQueue();
+    const r = await queue.enqueue(pool, 'email', { to: 'a' }, { runAt: ancient });
+    const e = r._unsafeUnwrapErr();
+    expect(e.kind).toBe('InvalidOptions');
+    expect(e.kind === 'InvalidOptions' && e.issues[0]?.path).toEqual(['runAt']);
+    expect(sent).toEqual([]);
+  });
+
+  it('enqueueMany: InvalidOptions on runAt', async () => {
+    const { queue } = await freshQueue();
+    const r = await queue.enqueueMany(pool, 'email', [{ to: 'a' }], { runAt: ancient });
+    expect(r._unsafeUnwrapErr().kind).toBe('InvalidOptions');
+  });
+
+  it('the earliest timestamp PostgreSQL stores is accepted', async () => {
+    const { queue } = await freshQueue();
+    const r = await queue.enqueue(pool, 'email', { to: 'a' }, { runAt: new Date(Date.UTC(-4713, 10, 24)) });
+    expect(r.isOk()).toBe(true);
+  });
+});
