@@ -5,11 +5,47 @@ import { formatOutcomes } from './format-outcomes.js';
 
 /**
  * One step of a schedule: the session that runs it, its SQL (one statement, or several separated by
- * `;` when there are no parameters) and optional parameters (`$1`, `$2`, …).
+ * `;` when there are no parameters; an empty string is sent as an empty query) and optional
+ * parameters (`$1`, `$2`, …). The object form {@link ScheduleStepSpec} adds a name and the
+ * isolation tester's step annotations.
  */
 export type ScheduleStep<S extends string = string> =
   | readonly [session: S, sql: string]
-  | readonly [session: S, sql: string, params: readonly unknown[]];
+  | readonly [session: S, sql: string, params: readonly unknown[]]
+  | ScheduleStepSpec<S>;
+
+/**
+ * A blocker annotation of the isolation tester, on a step of a permutation:
+ * - `'*'`: report the step as waiting when it is sent, even if it would finish at once (its
+ *   completion is then reported after a later step: output that does not depend on speed);
+ * - a step name: the step is not reported complete while that step is still running;
+ * - `{ step, notices }`: not reported complete until the session of `step` has received `notices`
+ *   more notices than when this step was sent.
+ */
+export type StepBlocker = '*' | string | { readonly step: string; readonly notices: number };
+
+/** A step in object form: what the tuple form says, plus a name and blocker annotations. */
+export interface ScheduleStepSpec<S extends string = string> {
+  readonly session: S;
+  readonly sql: string;
+  readonly params?: readonly unknown[];
+  /** The step's name, which other steps' `blockers` refer to. */
+  readonly name?: string;
+  /** The isolation tester's annotations (`(*)`, `(other_step)`, `(other_step notices N)`). */
+  readonly blockers?: readonly StepBlocker[];
+}
+
+/** The result of one statement of a step (a step may hold several statements). */
+export interface StatementResult {
+  /** The command tag's verb (`SELECT`, `UPDATE`…), or `null` for an empty query. */
+  readonly command: string | null;
+  /** pg's `rowCount` (`null` for commands without one). */
+  readonly rowCount: number | null;
+  /** Column names, in order (duplicates kept). */
+  readonly columns: readonly string[];
+  /** The rows as arrays of values, in column order. */
+  readonly values: readonly (readonly unknown[])[];
+}
 
 /** What happened to one step of {@link Schedule.run}. */
 export interface StepOutcome {
@@ -17,7 +53,12 @@ export interface StepOutcome {
   readonly session: string;
   /** The step's SQL, as given. */
   readonly sql: string;
-  /** The monitor saw the step wait on a lock (or a safe snapshot) before it finished. */
+  /** The step's name, when it was given one. */
+  readonly name?: string;
+  /**
+   * The step was reported waiting: the monitor saw it wait on a lock (or a safe snapshot) held by
+   * another session of the schedule, or a blocker annotation held it.
+   */
   readonly blocked: boolean;
   /** `ok`, or `error` when the server (or the connection) failed the statement. */
   readonly status: 'ok' | 'error';
@@ -25,12 +66,20 @@ export interface StepOutcome {
   readonly rows: readonly Record<string, unknown>[];
   /** pg's `rowCount` of the (last) statement (`null` for commands without one and for errors). */
   readonly rowCount: number | null;
+  /** Every statement's result, in order (`[]` for an error: pg drops the results before it). */
+  readonly results: readonly StatementResult[];
   /** SQLSTATE of the error (`40001`, `40P01`, `55P03`…), or the socket error code. */
   readonly code?: string;
   /** Error message. */
   readonly message?: string;
+  /** Severity of a server error (`ERROR`, `FATAL`). */
+  readonly severity?: string;
+  /** Notices the session received while the step ran (`NOTICE:  text`, as psql shows them). */
+  readonly notices: readonly string[];
   /** For a blocked step: index of the step after which it finished. */
   readonly completedAfter?: number;
+  /** Rank of this step's completion among all the steps of the run (0-based). */
+  readonly completionOrder: number;
   /**
    * With `whenSessionBlocked: 'defer'`, for a step held back because its session was blocked:
    * index of the step after which it was really sent.
@@ -46,7 +95,7 @@ export type ScheduleErrorReason =
   | 'block-timeout'
   /** `whenSessionBlocked: 'error'`: a step was sent to a session still blocked in an earlier step. */
   | 'session-blocked'
-  /** A malformed step (unknown session, empty SQL), or the schedule is closed, broken or busy. */
+  /** A malformed step (unknown session, bad blocker), or the schedule is closed, broken or busy. */
   | 'usage';
 
 /** A schedule could not go on: a step timed out, or a step is malformed. Names the step. */
@@ -93,6 +142,21 @@ const scheduleOptionsSchema = z
      *   says when it was sent (`sentAfter`).
      */
     whenSessionBlocked: z.enum(['wait', 'error', 'defer']).default('wait'),
+    /**
+     * Whose locks make a step count as blocked:
+     * - `'sessions'` (default, the isolation tester's rule, `pg_isolation_test_session_is_blocked`):
+     *   only the schedule's own sessions. A wait on anything else (autovacuum, the monitor's own
+     *   snapshot that `CREATE INDEX CONCURRENTLY` waits for, a connection of the test) is not a
+     *   block: the step is given `stepTimeoutMs` to finish;
+     * - `'any'`: any backend but the monitor, for a test that holds a lock from a connection of
+     *   its own while the schedule runs.
+     */
+    blockers: z.enum(['sessions', 'any']).default('sessions'),
+    /**
+     * `'parsed'` (default): values come through pg's type parsers (numbers, Dates, arrays);
+     * `'text'`: every value is the server's text, as psql prints it.
+     */
+    values: z.enum(['parsed', 'text']).default('parsed'),
     /** Interval of the monitor's checks while a step runs. Default 5 ms. */
     pollMs: z.number().int().min(1).max(1000).default(5),
     /** `application_name` prefix of the connections (`<prefix>:<session>`). Default `pg-txkit-schedule`. */
@@ -104,41 +168,107 @@ const scheduleOptionsSchema = z
 export type ScheduleOptions = z.input<typeof scheduleOptionsSchema>;
 
 type StepResult =
-  | { readonly status: 'ok'; readonly rows: Record<string, unknown>[]; readonly rowCount: number | null }
-  | { readonly status: 'error'; readonly code?: string; readonly message: string };
+  | {
+      readonly status: 'ok';
+      readonly rows: Record<string, unknown>[];
+      readonly rowCount: number | null;
+      readonly results: StatementResult[];
+    }
+  | {
+      readonly status: 'error';
+      readonly code?: string;
+      readonly message: string;
+      readonly severity?: string;
+    };
 
-interface Running {
+interface Step {
   readonly index: number;
   readonly session: Session;
   readonly sql: string;
+  readonly params: readonly unknown[] | undefined;
+  readonly name: string | undefined;
+  readonly blockers: readonly StepBlocker[];
+}
+
+interface Running {
+  readonly step: Step;
+  readonly session: Session;
+  /** Settles (never rejects) once the session is idle again: after ReadyForQuery. */
   readonly done: Promise<void>;
   result: StepResult | undefined;
+  /** Reported waiting (seen blocked, or held by a blocker annotation). */
   blocked: boolean;
+  readonly notices: string[];
+  /** Per `{ step, notices }` blocker: the notice count its session must reach. */
+  readonly noticeTargets: ReadonlyMap<Session, number>;
 }
 
 interface Session {
   readonly name: string;
   readonly client: pg.Client;
   readonly pid: number;
-  /** The step still running on this session (only ever a blocked one between steps). */
+  /** The step still running on this session (only ever a waiting one between steps). */
   running: Running | undefined;
+  /** Notices received since the session was opened. */
+  notices: number;
 }
 
 /**
- * Reads the lock manager's view of the sessions (no heavyweight lock taken): a session is blocked
- * when some backend holds or awaits a lock it waits for (row locks show up as `transactionid` waits,
- * advisory locks included), or when it waits for a safe snapshot (`SERIALIZABLE READ ONLY DEFERRABLE`).
+ * The isolation tester's test (no heavyweight lock taken): a session is blocked when one of the
+ * schedule's own sessions holds or awaits a lock it waits for (row locks show up as `transactionid`
+ * waits, advisory locks included), or when it waits for a safe snapshot (`SERIALIZABLE READ ONLY
+ * DEFERRABLE`). `pg_isolation_test_session_is_blocked` is the function isolationtester itself calls.
  */
-const BLOCKED_SQL = `SELECT pid FROM unnest($1::int[]) AS pid
-  WHERE cardinality(pg_blocking_pids(pid)) > 0 OR cardinality(pg_safe_snapshot_blocking_pids(pid)) > 0`;
+const BLOCKED_BY_SESSIONS_SQL = `SELECT pid FROM unnest($1::int[]) AS pid
+  WHERE pg_catalog.pg_isolation_test_session_is_blocked(pid, $2::int[])`;
+
+/** As above, with any backend but the monitor itself (`pg_backend_pid()`) counted as a blocker. */
+const BLOCKED_BY_ANY_SQL = `SELECT pid FROM unnest($1::int[]) AS pid
+  WHERE EXISTS (SELECT 1 FROM unnest(pg_catalog.pg_blocking_pids(pid)) AS b WHERE b <> pg_backend_pid())
+     OR cardinality(pg_catalog.pg_safe_snapshot_blocking_pids(pid)) > 0`;
 
 function errorResult(error: unknown): StepResult {
-  const e = error as { code?: unknown; message?: unknown };
+  const e = error as { code?: unknown; message?: unknown; severity?: unknown };
   const message = typeof e?.message === 'string' ? e.message : String(error);
-  return typeof e?.code === 'string'
-    ? { status: 'error', code: e.code, message }
-    : { status: 'error', message };
+  return {
+    status: 'error',
+    message,
+    ...(typeof e?.code === 'string' ? { code: e.code } : {}),
+    ...(typeof e?.severity === 'string' ? { severity: e.severity } : {}),
+  };
 }
+
+interface RawResult {
+  readonly command?: string | null;
+  readonly rowCount?: number | null;
+  readonly fields?: readonly { readonly name: string }[];
+  readonly rows?: readonly unknown[];
+}
+
+function statementResult(res: RawResult): StatementResult {
+  const values = (res.rows ?? []).map((row) => (Array.isArray(row) ? row : []));
+  return {
+    command: typeof res.command === 'string' && res.command !== '' ? res.command : null,
+    rowCount: res.rowCount ?? null,
+    columns: (res.fields ?? []).map((f) => f.name),
+    values,
+  };
+}
+
+/** pg's row objects, built from array rows (a later column of the same name wins, as in pg). */
+function rowObjects(result: StatementResult | undefined): Record<string, unknown>[] {
+  if (!result) return [];
+  return result.values.map((values) => {
+    const row: Record<string, unknown> = {};
+    result.columns.forEach((name, i) => {
+      row[name] = values[i];
+    });
+    return row;
+  });
+}
+
+/** Type parsers that keep every value as the server's text (`values: 'text'`). */
+const textTypes: pg.CustomTypesConfig = { getTypeParser: () => (value: string) => value };
 
 /** Resolves after `ms`, or earlier when any of `promises` settles (they must never reject). */
 function waitAny(promises: readonly Promise<void>[], ms: number): Promise<void> {
@@ -157,17 +287,32 @@ function describeStep(index: number, session: string, sql: string): string {
   return `step ${index} (${session}: ${flat.length > 80 ? `${flat.slice(0, 79)}…` : flat})`;
 }
 
+function describeRunning(r: Running): string {
+  return describeStep(r.step.index, r.session.name, r.step.sql);
+}
+
+/** How {@link Schedule} tries to complete a step: the isolation tester's `try_complete_step` flags. */
+interface TryFlags {
+  /** Return as soon as the step is seen waiting on a lock (else wait for it to finish). */
+  readonly nonblock: boolean;
+  /** A later look at a step already reported (no `(*)` on it, and its timeout is the block timeout). */
+  readonly retry: boolean;
+}
+
 /**
  * PostgreSQL's isolation tester, from TypeScript: N named sessions on dedicated connections and one
  * monitor connection. {@link Schedule.run} sends the steps in order; after sending a step it waits
- * until the step finishes or the monitor sees it wait on a lock (`pg_blocking_pids`). A blocked step
- * is reported `blocked: true`, the schedule moves on, and its result is recorded when a later step
- * releases it (`completedAfter`). After every step, steps released by it are given the time to
- * finish (or to block again) before the next step is sent, so outcomes are deterministic.
+ * until the step finishes or the monitor sees it wait on a lock held by another of the schedule's
+ * sessions (`pg_isolation_test_session_is_blocked`). A blocked step is reported `blocked: true`, the
+ * schedule moves on, and its result is recorded when a later step releases it (`completedAfter`).
+ * After every step, the waiting steps are looked at in the order they started waiting: each one
+ * released is given the time to finish (or to block again) before the next step is sent. A step is
+ * finished when its session is idle again (ReadyForQuery, also after an error), so a step released
+ * by another step's error is always recorded after that step: outcomes do not depend on timing.
  *
  * A step for a session whose previous step is still blocked first waits for it (up to
- * `blockTimeoutMs`, e.g. while the deadlock detector picks a victim), then fails with a
- * {@link ScheduleError} naming both steps; `whenSessionBlocked` can make it fail at once
+ * `blockTimeoutMs`, e.g. while the deadlock detector picks a victim), then completes every other
+ * waiting step that can finish, then is sent; `whenSessionBlocked` can make it fail at once
  * (`'error'`) or be sent when the session is free again (`'defer'`, for generated interleavings).
  * `run()` also waits for blocked steps at its end. Sessions must be direct connections (or a
  * session-mode pooler): the monitor looks them up by backend pid.
@@ -231,6 +376,7 @@ export class Schedule<S extends string = string> {
       const client = new pg.Client({
         connectionString: url,
         application_name: `${opts.applicationName}:${name}`,
+        ...(opts.values === 'text' && name !== 'monitor' ? { types: textTypes } : {}),
       });
       client.on('error', () => {}); // a broken session shows up as the error of its step
       clients.push(client);
@@ -243,13 +389,20 @@ export class Schedule<S extends string = string> {
       await Promise.all(
         opts.sessions.map(async (name) => {
           const client = await connect(name);
-          const { rows } = await client.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
-          const pid = rows[0]?.pid;
-          if (pid === undefined) throw new Error('pg_backend_pid() returned no row');
-          sessions.set(name, { name, client, pid, running: undefined });
+          const { rows } = await client.query<{ pid: number | string }>('SELECT pg_backend_pid() AS pid');
+          const pid = Number(rows[0]?.pid);
+          if (!Number.isInteger(pid)) throw new Error('pg_backend_pid() returned no row');
+          const session: Session = { name, client, pid, running: undefined, notices: 0 };
+          client.on('notice', (notice) => {
+            session.notices++;
+            session.running?.notices.push(`${notice.severity ?? 'NOTICE'}:  ${notice.message ?? ''}`);
+          });
+          sessions.set(name, session);
         }),
       );
-      return new Schedule<N>(sessions, monitor, opts);
+      // keep the order of `options.sessions`
+      const ordered = new Map(opts.sessions.map((name) => [name, sessions.get(name) as Session]));
+      return new Schedule<N>(ordered, monitor, opts);
     } catch (error) {
       await Promise.all(clients.map((c) => c.end().catch(() => {})));
       throw error;
@@ -301,19 +454,23 @@ export class Schedule<S extends string = string> {
     if (this.#broken)
       throw new ScheduleError(-1, `the schedule is unusable after an earlier error: ${this.#broken}`);
     if (this.#running) throw new ScheduleError(-1, 'run() is already running on this schedule');
-    steps.forEach((step, i) => {
-      const [session, sql, params] = step;
-      if (!this.#sessions.has(session)) {
-        throw new ScheduleError(i, `step ${i}: unknown session ${JSON.stringify(session)}`);
-      }
-      if (typeof sql !== 'string' || sql.trim() === '') throw new ScheduleError(i, `step ${i}: empty SQL`);
-      if (params !== undefined && !Array.isArray(params)) {
-        throw new ScheduleError(i, `step ${i}: params must be an array`);
+    const parsed = steps.map((step, i) => this.#parseStep(step, i));
+    const names = new Map<string, Session>();
+    for (const step of parsed) if (step.name !== undefined) names.set(step.name, step.session);
+    parsed.forEach((step) => {
+      for (const blocker of step.blockers) {
+        const ref = typeof blocker === 'string' ? blocker : blocker.step;
+        if (ref !== '*' && !names.has(ref)) {
+          throw new ScheduleError(
+            step.index,
+            `step ${step.index}: blocker ${JSON.stringify(ref)} names no step`,
+          );
+        }
       }
     });
     this.#running = true;
     try {
-      return await this.#run(steps);
+      return await this.#run(parsed, names);
     } catch (error) {
       this.#broken = error instanceof Error ? error.message : String(error);
       throw error;
@@ -322,52 +479,104 @@ export class Schedule<S extends string = string> {
     }
   }
 
-  async #run(steps: readonly ScheduleStep<S>[]): Promise<StepOutcome[]> {
+  #parseStep(step: ScheduleStep<S>, index: number): Step {
+    const spec: ScheduleStepSpec<S> = Array.isArray(step)
+      ? { session: step[0], sql: step[1], ...(step[2] === undefined ? {} : { params: step[2] }) }
+      : (step as ScheduleStepSpec<S>);
+    const session = this.#sessions.get(spec.session);
+    if (!session)
+      throw new ScheduleError(index, `step ${index}: unknown session ${JSON.stringify(spec.session)}`);
+    if (typeof spec.sql !== 'string')
+      throw new ScheduleError(index, `step ${index}: the SQL must be a string`);
+    if (spec.params !== undefined && !Array.isArray(spec.params)) {
+      throw new ScheduleError(index, `step ${index}: params must be an array`);
+    }
+    for (const blocker of spec.blockers ?? []) {
+      const ok =
+        typeof blocker === 'string'
+          ? blocker.length > 0
+          : typeof blocker === 'object' &&
+            typeof blocker.step === 'string' &&
+            Number.isInteger(blocker.notices) &&
+            blocker.notices >= 0;
+      if (!ok)
+        throw new ScheduleError(index, `step ${index}: a blocker is '*', a step name or { step, notices }`);
+    }
+    return {
+      index,
+      session,
+      sql: spec.sql,
+      params: spec.params,
+      name: spec.name,
+      blockers: spec.blockers ?? [],
+    };
+  }
+
+  async #run(steps: readonly Step[], names: ReadonlyMap<string, Session>): Promise<StepOutcome[]> {
     const { blockTimeoutMs, whenSessionBlocked } = this.#options;
     const outcomes: StepOutcome[] = [];
-    const blocked = new Set<Running>();
-    const deferred = new Map<
-      Session,
-      { index: number; sql: string; params: readonly unknown[] | undefined }[]
-    >();
+    /** Steps reported waiting, in the order they started waiting (the isolation tester's `waiting[]`). */
+    const waiting: Running[] = [];
+    const deferred = new Map<Session, Step[]>();
     const sentAfter = new Map<number, number>();
-    const record = (r: Running, completedAfter: number | undefined): void => {
+    let completions = 0;
+    const record = (r: Running, completedAfter: number): void => {
       const result = r.result;
       if (!result) throw new Error('internal: recording a step that has not finished');
-      const sent = sentAfter.get(r.index);
+      const sent = sentAfter.get(r.step.index);
       const base = {
         session: r.session.name,
-        sql: r.sql,
+        sql: r.step.sql,
+        ...(r.step.name === undefined ? {} : { name: r.step.name }),
         blocked: r.blocked,
+        notices: r.notices,
+        completionOrder: completions++,
         ...(sent === undefined ? {} : { sentAfter: sent }),
+        ...(r.blocked ? { completedAfter } : {}),
       };
-      const after = r.blocked && completedAfter !== undefined ? { completedAfter } : {};
-      outcomes[r.index] =
+      outcomes[r.step.index] =
         result.status === 'ok'
-          ? { ...base, status: 'ok', rows: result.rows, rowCount: result.rowCount, ...after }
+          ? { ...base, status: 'ok', rows: result.rows, rowCount: result.rowCount, results: result.results }
           : {
               ...base,
               status: 'error',
               rows: [],
               rowCount: null,
+              results: [],
               ...(result.code === undefined ? {} : { code: result.code }),
               message: result.message,
-              ...after,
+              ...(result.severity === undefined ? {} : { severity: result.severity }),
             };
-      blocked.delete(r);
+      const at = waiting.indexOf(r);
+      if (at >= 0) waiting.splice(at, 1);
       if (r.session.running === r) r.session.running = undefined;
     };
-    const execute = async (
-      session: Session,
-      index: number,
-      sql: string,
-      params: readonly unknown[] | undefined,
+    const tryComplete = (r: Running, flags: TryFlags, after: number, waitContext?: string) =>
+      this.#tryComplete(r, flags, after, record, waitContext);
+    /** The isolation tester's `try_complete_steps`: each waiting step in turn, until nothing moves. */
+    const tryCompleteWaiting = async (
+      after: number,
+      nonblock: boolean,
+      waitContext?: string,
     ): Promise<void> => {
-      const running = this.#send(session, index, sql, params);
-      await this.#settle(running, index);
-      if (running.blocked) blocked.add(running);
-      else record(running, undefined);
-      await this.#settleReleased(blocked, index, record);
+      for (;;) {
+        const before = waiting.length;
+        const noticesBefore = this.#noticeCount();
+        let annotated = false;
+        for (const r of [...waiting]) {
+          if (await tryComplete(r, { nonblock, retry: true }, after, waitContext)) {
+            if (r.step.blockers.length > 0) annotated = true;
+          }
+        }
+        // a step held by an annotation may have been freed by a step looked at after it
+        if (!(annotated && (waiting.length < before || this.#noticeCount() > noticesBefore))) return;
+      }
+    };
+    const execute = async (step: Step, index: number): Promise<void> => {
+      const running = this.#send(step, names);
+      const mustWait = await tryComplete(running, { nonblock: true, retry: false }, index);
+      await tryCompleteWaiting(index, true);
+      if (mustWait) waiting.push(running);
     };
     // 'defer': sends the queued steps of sessions that are free again, until nothing moves.
     const drain = async (after: number): Promise<void> => {
@@ -378,67 +587,77 @@ export class Schedule<S extends string = string> {
           if (!next || session.running) continue;
           queue.shift();
           sentAfter.set(next.index, after);
-          await execute(session, next.index, next.sql, next.params);
+          await execute(next, after);
           after = next.index;
           moved = true;
         }
       }
     };
 
-    for (const [index, step] of steps.entries()) {
-      const [name, sql, params] = step;
-      const session = this.#session(name);
-      // a blocked step that finished on its own since (lock_timeout, the deadlock detector)
-      for (const r of [...blocked]) if (r.result) record(r, index - 1);
+    for (const step of steps) {
+      const { index, session } = step;
       const previous = session.running;
       if (previous || (deferred.get(session)?.length ?? 0) > 0) {
         if (whenSessionBlocked === 'defer') {
           const queue = deferred.get(session) ?? [];
-          queue.push({ index, sql, params });
+          queue.push(step);
           deferred.set(session, queue);
           continue;
         }
         if (previous && whenSessionBlocked === 'error') {
           throw new ScheduleError(
             index,
-            `${describeStep(index, name, sql)} cannot be sent: session ${name} is blocked in ` +
-              `${describeStep(previous.index, name, previous.sql)} (an impossible order: send the step that releases it first)`,
+            `${describeStep(index, session.name, step.sql)} cannot be sent: session ${session.name} is blocked in ` +
+              `${describeRunning(previous)} (an impossible order: send the step that releases it first)`,
             'session-blocked',
           );
         }
-        if (previous) {
-          // 'wait', as the isolation tester does: e.g. the deadlock detector or lock_timeout ends it.
-          await this.#waitFinished(
-            [previous],
-            blockTimeoutMs,
-            (r) =>
-              `${describeStep(index, name, sql)} cannot be sent: session ${name} is still blocked in ` +
-              `${describeStep(r.index, name, r.sql)} after ${blockTimeoutMs} ms (send the step that releases it first)`,
-          );
-          // it, and whatever else finished meanwhile, finished before this step was sent
-          for (const r of [...blocked]) if (r.result) record(r, index - 1);
+        // 'wait', as the isolation tester does: e.g. the deadlock detector or lock_timeout ends it.
+        // Then every other waiting step that can finish does, before this step is sent.
+        const started = performance.now();
+        const context = ` (${describeStep(index, session.name, step.sql)} cannot be sent: send the step that releases it first)`;
+        while (session.running) {
+          const old = session.running;
+          await tryComplete(old, { nonblock: false, retry: true }, index - 1, context);
+          await tryCompleteWaiting(index - 1, true);
+          if (session.running && performance.now() - started > blockTimeoutMs) {
+            throw new ScheduleError(
+              session.running.step.index,
+              `${describeStep(index, session.name, step.sql)} cannot be sent: session ${session.name} is still blocked in ` +
+                `${describeRunning(session.running)} after ${blockTimeoutMs} ms (send the step that releases it first)`,
+              'block-timeout',
+            );
+          }
         }
       }
-      await execute(session, index, sql, params);
+      await execute(step, index);
       await drain(index);
     }
 
-    // The end of the schedule: every blocked step must finish now (and deferred steps run).
+    // The end of the schedule: every waiting step must finish now (and deferred steps run).
     const last = steps.length - 1;
     for (;;) {
       await drain(last);
-      if (blocked.size === 0) break;
-      await this.#waitFinished(
-        [...blocked],
-        blockTimeoutMs,
-        (r) =>
-          `${describeStep(r.index, r.session.name, r.sql)} is still blocked at the end of the schedule after ${blockTimeoutMs} ms`,
-        'any',
-      );
-      for (const r of [...blocked]) if (r.result) record(r, last);
+      if (waiting.length === 0) break;
+      const count = waiting.length;
+      await tryCompleteWaiting(last, false, ' at the end of the schedule');
+      if (waiting.length === count && [...deferred.values()].every((q) => q.length === 0)) {
+        const first = waiting[0] as Running;
+        throw new ScheduleError(
+          first.step.index,
+          `${describeRunning(first)} is still held by its blocker annotations at the end of the schedule (steps that block each other)`,
+          'block-timeout',
+        );
+      }
     }
     this.#last = outcomes;
     return outcomes;
+  }
+
+  #noticeCount(): number {
+    let n = 0;
+    for (const session of this.#sessions.values()) n += session.notices;
+    return n;
   }
 
   #session(name: string): Session {
@@ -447,113 +666,132 @@ export class Schedule<S extends string = string> {
     return session;
   }
 
-  #send(session: Session, index: number, sql: string, params: readonly unknown[] | undefined): Running {
+  #send(step: Step, names: ReadonlyMap<string, Session>): Running {
+    const { session } = step;
+    const client = session.client;
+    // `(other notices N)`: N more notices on the session of `other` than it has now
+    const noticeTargets = new Map<Session, number>();
+    for (const blocker of step.blockers) {
+      if (typeof blocker !== 'object') continue;
+      const other = names.get(blocker.step);
+      if (other) noticeTargets.set(other, other.notices + blocker.notices);
+    }
     const running: Running = {
-      index,
+      step,
       session,
-      sql,
       result: undefined,
       blocked: false,
-      done: session.client.query(sql, params === undefined ? undefined : [...params]).then(
-        (res: pg.QueryResult | pg.QueryResult[]) => {
-          const last = Array.isArray(res) ? res[res.length - 1] : res;
-          running.result = { status: 'ok', rows: last?.rows ?? [], rowCount: last?.rowCount ?? null };
-        },
-        (error: unknown) => {
-          running.result = errorResult(error);
-        },
-      ),
+      notices: [],
+      noticeTargets,
+      done: client
+        .query({
+          text: step.sql,
+          rowMode: 'array',
+          ...(step.params === undefined ? {} : { values: [...step.params] }),
+        })
+        .then(
+          (res: pg.QueryResult | pg.QueryResult[]) => {
+            const all = (Array.isArray(res) ? res : [res]).map((r) => statementResult(r));
+            const last = all[all.length - 1];
+            running.result = {
+              status: 'ok',
+              rows: rowObjects(last),
+              rowCount: last?.rowCount ?? null,
+              results: all,
+            };
+          },
+          async (error: unknown) => {
+            // pg settles a failing query at ErrorResponse, before the server has finished aborting
+            // (and releasing the session's locks): ReadyForQuery comes later. An empty query queued
+            // behind it is answered only after that ReadyForQuery, so once it is back the session is
+            // idle and whatever the failure released is released.
+            await client.query('').catch(() => {});
+            running.result = errorResult(error);
+          },
+        ),
     };
     session.running = running;
     return running;
   }
 
+  #runningSessionOf(name: string): Session | undefined {
+    for (const session of this.#sessions.values()) if (session.running?.step.name === name) return session;
+    return undefined;
+  }
+
+  /** A blocker annotation still holds `r`: the step it names is running, or the notices have not come. */
+  #held(r: Running): boolean {
+    for (const blocker of r.step.blockers) {
+      if (blocker === '*') continue;
+      if (typeof blocker === 'string') {
+        if (this.#runningSessionOf(blocker)) return true;
+      }
+    }
+    for (const [session, target] of r.noticeTargets) if (session.notices < target) return true;
+    return false;
+  }
+
   /** pids among `pids` that the monitor sees waiting on a lock right now. */
   async #blockedPids(pids: readonly number[]): Promise<Set<number>> {
-    const { rows } = await this.#monitor.query<{ pid: number }>({
-      name: 'pg_txkit_schedule_blocked',
-      text: BLOCKED_SQL,
-      values: [pids],
-    });
+    const sessions = [...this.#sessions.values()].map((s) => s.pid);
+    const { rows } = await this.#monitor.query<{ pid: number }>(
+      this.#options.blockers === 'sessions'
+        ? { name: 'pg_txkit_schedule_blocked', text: BLOCKED_BY_SESSIONS_SQL, values: [pids, sessions] }
+        : { name: 'pg_txkit_schedule_blocked_any', text: BLOCKED_BY_ANY_SQL, values: [pids] },
+    );
     return new Set(rows.map((r) => r.pid));
   }
 
-  /** Waits until the step just sent finishes or is seen blocked. */
-  async #settle(running: Running, index: number): Promise<void> {
-    const { stepTimeoutMs, pollMs } = this.#options;
-    const started = performance.now();
-    await waitAny([running.done], 1);
-    for (;;) {
-      if (running.result) return;
-      const blocked = await this.#blockedPids([running.session.pid]);
-      if (blocked.has(running.session.pid)) {
-        running.blocked = true;
-        return;
-      }
-      if (running.result) return;
-      if (performance.now() - started > stepTimeoutMs) {
-        throw new ScheduleError(
-          index,
-          `${describeStep(index, running.session.name, running.sql)} neither finished nor blocked within ${stepTimeoutMs} ms`,
-          'step-timeout',
-        );
-      }
-      await waitAny([running.done], pollMs);
-    }
-  }
-
   /**
-   * After step `index`: every blocked step either finished (recorded as completed after `index`)
-   * or is seen blocked again. A step woken up is given `stepTimeoutMs` to do one or the other.
+   * The isolation tester's `try_complete_step`: waits until `r` finishes or (with `nonblock`) is
+   * seen blocked. Returns true while the step is not complete (blocked, or held by an annotation);
+   * a complete step is recorded as completed after step `after`.
    */
-  async #settleReleased(
-    blocked: Set<Running>,
-    index: number,
+  async #tryComplete(
+    r: Running,
+    flags: TryFlags,
+    after: number,
     record: (r: Running, completedAfter: number) => void,
-  ): Promise<void> {
-    const { stepTimeoutMs, pollMs } = this.#options;
+    waitContext = '',
+  ): Promise<boolean> {
+    const { stepTimeoutMs, blockTimeoutMs, pollMs } = this.#options;
+    if (!flags.retry && r.step.blockers.includes('*')) {
+      r.blocked = true;
+      return true;
+    }
     const started = performance.now();
-    for (;;) {
-      for (const r of [...blocked]) if (r.result) record(r, index);
-      if (blocked.size === 0) return;
-      const waiting = await this.#blockedPids([...blocked].map((r) => r.session.pid));
-      for (const r of [...blocked]) if (r.result) record(r, index);
-      const moving = [...blocked].filter((r) => !waiting.has(r.session.pid));
-      if (moving.length === 0) return;
-      if (performance.now() - started > stepTimeoutMs) {
-        const r = moving[0] as Running;
+    const timeoutMs = flags.nonblock ? stepTimeoutMs : blockTimeoutMs;
+    if (!r.result) await waitAny([r.done], Math.min(1, pollMs));
+    while (!r.result) {
+      if (flags.nonblock) {
+        const blocked = await this.#blockedPids([r.session.pid]);
+        if (r.result) break;
+        if (blocked.has(r.session.pid)) {
+          r.blocked = true;
+          return true;
+        }
+      }
+      const left = timeoutMs - (performance.now() - started);
+      if (left <= 0) {
+        const what = !flags.retry
+          ? 'neither finished nor blocked'
+          : flags.nonblock
+            ? `was released after step ${after} but neither finished nor blocked again`
+            : 'is still blocked';
         throw new ScheduleError(
-          r.index,
-          `${describeStep(r.index, r.session.name, r.sql)} was released after step ${index} but neither finished nor blocked again within ${stepTimeoutMs} ms`,
-          'step-timeout',
+          r.step.index,
+          `${describeRunning(r)} ${what} within ${timeoutMs} ms${flags.nonblock ? '' : waitContext}`,
+          flags.nonblock ? 'step-timeout' : 'block-timeout',
         );
       }
-      await waitAny(
-        moving.map((r) => r.done),
-        pollMs,
-      );
+      await waitAny([r.done], flags.nonblock ? pollMs : left);
     }
-  }
-
-  /** Waits until all (or any) of `running` finished, at most `timeoutMs`; else names the first still blocked. */
-  async #waitFinished(
-    running: readonly Running[],
-    timeoutMs: number,
-    describe: (r: Running) => string,
-    until: 'all' | 'any' = 'all',
-  ): Promise<void> {
-    const started = performance.now();
-    for (;;) {
-      const open = running.filter((r) => !r.result);
-      const first = open[0];
-      if (!first || (until === 'any' && open.length < running.length)) return;
-      const left = timeoutMs - (performance.now() - started);
-      if (left <= 0) throw new ScheduleError(first.index, describe(first), 'block-timeout');
-      await waitAny(
-        open.map((r) => r.done),
-        left,
-      );
+    if (this.#held(r)) {
+      r.blocked = true;
+      return true;
     }
+    record(r, after);
+    return false;
   }
 
   /**

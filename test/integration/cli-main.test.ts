@@ -19,7 +19,11 @@ async function withCascade(
   check: (pids: { holder: number; alter: number; readers: number[] }) => Promise<void>,
 ) {
   const holder = await client(url, 'long-transaction');
-  const s = await Schedule.open(url, { sessions: ['alter', 'r1', 'r2'], blockTimeoutMs: 30_000 });
+  const s = await Schedule.open(url, {
+    sessions: ['alter', 'r1', 'r2'],
+    blockTimeoutMs: 30_000,
+    blockers: 'any',
+  });
   try {
     await holder.query('BEGIN');
     await holder.query('SELECT count(*) FROM orders');

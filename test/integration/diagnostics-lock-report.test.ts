@@ -24,7 +24,7 @@ async function report(options: Parameters<typeof lockReport>[1] = {}) {
 describe('lockReport', () => {
   it('finds a row-lock chain of 3 sessions (transactionid waits, not only relation locks) with the right root', async () => {
     const holder = await client(url, 'holder');
-    const s = await Schedule.open(url, { sessions: ['t2', 't3'], blockTimeoutMs: 20_000 });
+    const s = await Schedule.open(url, { sessions: ['t2', 't3'], blockTimeoutMs: 20_000, blockers: 'any' });
     try {
       await holder.query('BEGIN');
       await holder.query('UPDATE acct SET n = n + 1 WHERE id = 1');
@@ -70,7 +70,11 @@ describe('lockReport', () => {
 
   it('names the waiting ALTER TABLE as the root cause of a lock-queue cascade, with the session it waits for', async () => {
     const holder = await client(url, 'long-report');
-    const s = await Schedule.open(url, { sessions: ['alter', 'r1', 'r2', 'r3'], blockTimeoutMs: 20_000 });
+    const s = await Schedule.open(url, {
+      sessions: ['alter', 'r1', 'r2', 'r3'],
+      blockTimeoutMs: 20_000,
+      blockers: 'any',
+    });
     try {
       await holder.query('BEGIN');
       await holder.query('SELECT count(*) FROM orders'); // ACCESS SHARE, kept until COMMIT

@@ -60,7 +60,10 @@ describe('Schedule (isolation tester semantics)', () => {
       status: 'ok',
       rows: [],
       rowCount: 1,
+      results: [{ command: 'UPDATE', rowCount: 1, columns: [], values: [] }],
+      notices: [],
       completedAfter: 6,
+      completionOrder: 6,
     });
     // t1's withdrawal of 30 is lost: 100 - 30 - 50 would be 20
     expect(out[8]?.rows).toEqual([{ balance: 50 }]);
@@ -296,5 +299,113 @@ describe('Schedule (isolation tester semantics)', () => {
       expect(runs).toBe(70);
       expect(lost).toBe(0);
     });
+  });
+});
+
+// Where the Schedule must behave exactly as PostgreSQL's isolationtester does, so that the outcome of
+// a schedule never depends on timing.
+describe('Schedule: fidelity to the isolation tester', () => {
+  it('sends an empty step (the isolation tester idiom `step s1noop { }`) and waits for the session first', async () => {
+    const s = await open();
+    const out = await s.run([
+      ['t1', 'begin'],
+      ['t1', 'select balance from acct where id = 1 for update'],
+      ['t2', "set lock_timeout = '300ms'"],
+      ['t2', 'update acct set balance = 0 where id = 1'],
+      ['t2', ''], // waits until the blocked update has finished (here: its lock_timeout)
+      ['t1', 'commit'],
+    ]);
+    expect(out[3]).toMatchObject({ blocked: true, status: 'error', code: '55P03', completedAfter: 3 });
+    expect(out[4]).toMatchObject({
+      session: 't2',
+      sql: '',
+      blocked: false,
+      status: 'ok',
+      rows: [],
+      rowCount: null,
+    });
+  });
+
+  it("records a waiter released by another step's ERROR after that very step, every time", async () => {
+    // t1 creates many temporary tables before it fails: aborting it then takes a while, and its row
+    // lock is only released once the abort is done (after the ErrorResponse, before ReadyForQuery).
+    const s = await open();
+    for (let round = 0; round < 5; round++) {
+      const out = await s.run([
+        ['t1', 'begin'],
+        [
+          't1',
+          "do $$ begin for i in 1..800 loop execute format('create temp table tmp_%s (x int)', i); end loop; end $$",
+        ],
+        ['t1', 'update acct set balance = balance + 1 where id = 1'],
+        ['t2', 'update acct set balance = balance + 1 where id = 1'], // waits for t1
+        ['t1', 'select 1 / 0'], // fails: t1 aborts and releases the row lock
+        ['t1', 'rollback'],
+      ]);
+      expect(out[4]).toMatchObject({ status: 'error', code: '22012' });
+      expect(out[3]).toMatchObject({ blocked: true, status: 'ok', completedAfter: 4 });
+    }
+  });
+
+  it('after waiting for its own blocked step (a deadlock victim), completes the other released waiters before the next step', async () => {
+    const s = await open();
+    for (let round = 0; round < 3; round++) {
+      const out = await s.run([
+        // t1 runs the deadlock check first (its deadlock_timeout is shorter): t1 is the victim
+        ['t1', "begin; set local deadlock_timeout = '50ms'"],
+        ['t2', "begin; set local deadlock_timeout = '10s'"],
+        ['t1', 'update acct set balance = balance - 10 where id = 1'],
+        ['t2', 'update acct set balance = balance - 10 where id = 2'],
+        ['t1', 'update acct set balance = balance + 10 where id = 2'], // waits for t2
+        ['t2', 'update acct set balance = balance + 10 where id = 1'], // waits for t1: a cycle
+        ['t1', 'rollback'], // waits for step 4 (the victim); t2's step 5 is released meanwhile
+        ['t2', 'commit'],
+      ]);
+      expect(out[4]).toMatchObject({ blocked: true, status: 'error', code: '40P01', completedAfter: 5 });
+      expect(out[5]).toMatchObject({ blocked: true, status: 'ok', rowCount: 1, completedAfter: 5 });
+    }
+  });
+
+  it("does not count the monitor's own connection as a blocker (CREATE INDEX CONCURRENTLY waits for older snapshots)", async () => {
+    const s = await open({ pollMs: 1 });
+    for (let round = 0; round < 150; round++) {
+      const out = await s.run([
+        ['t1', 'create index concurrently acct_balance on acct (balance)'],
+        ['t1', 'drop index acct_balance'],
+      ]);
+      expect(out.map((o) => [o.status, o.blocked])).toEqual([
+        ['ok', false],
+        ['ok', false],
+      ]);
+    }
+  });
+
+  it('counts only its own sessions as blockers by default, and any other backend with `blockers: "any"`', async () => {
+    const holder = await pool.connect();
+    try {
+      await holder.query('BEGIN');
+      await holder.query('SELECT balance FROM acct WHERE id = 1 FOR UPDATE');
+      const strict = await open({ stepTimeoutMs: 300 });
+      await expect(strict.run([['t1', 'update acct set balance = 0 where id = 1']])).rejects.toMatchObject({
+        reason: 'step-timeout',
+      });
+      await strict.close();
+      const any = await open({ blockers: 'any' });
+      const running = any.run([['t1', 'update acct set balance = 0 where id = 1']]);
+      // the step is seen blocked by the holder; it finishes at the end of the run once released
+      await new Promise<void>((resolve, reject) => {
+        const check = async (): Promise<void> => {
+          const { rows } = await pool.query('SELECT cardinality(pg_blocking_pids($1)) AS n', [any.pid('t1')]);
+          if (rows[0].n > 0) resolve();
+          else setImmediate(() => check().catch(reject));
+        };
+        check().catch(reject);
+      });
+      await holder.query('COMMIT');
+      const out = await running;
+      expect(out[0]).toMatchObject({ blocked: true, status: 'ok', rowCount: 1 });
+    } finally {
+      holder.release();
+    }
   });
 });

@@ -9,6 +9,9 @@ const ok = (session: string, sql: string, extra: Partial<StepOutcome> = {}): Ste
   status: 'ok',
   rows: [],
   rowCount: null,
+  results: [],
+  notices: [],
+  completionOrder: 0,
   ...extra,
 });
 
@@ -32,6 +35,9 @@ describe('formatOutcomes()', () => {
         status: 'error',
         rows: [],
         rowCount: null,
+        results: [],
+        notices: [],
+        completionOrder: 0,
         code: '40001',
         message: 'could not serialize access due to concurrent update',
         completedAfter: 5,
@@ -76,6 +82,9 @@ describe('formatOutcomes()', () => {
         status: 'error',
         rows: [],
         rowCount: null,
+        results: [],
+        notices: [],
+        completionOrder: 0,
         message: 'boom',
       },
     ]);
