@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { Err, err, errAsync, Ok, ok, type Result, ResultAsync } from 'neverthrow';
-import { z } from 'zod';
+import { z } from 'zod/v4';
 import {
   IdempotencyConflict,
   InProgress,

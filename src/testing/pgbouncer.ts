@@ -5,7 +5,7 @@ import { createServer } from 'node:net';
 import { tmpdir, userInfo } from 'node:os';
 import { delimiter, join } from 'node:path';
 import pg from 'pg';
-import { z } from 'zod';
+import { z } from 'zod/v4';
 
 /** Where the Debian package installs the binary (also searched on PATH). */
 const DEFAULT_BINARIES = ['/usr/sbin/pgbouncer', '/usr/bin/pgbouncer', '/usr/local/bin/pgbouncer'];

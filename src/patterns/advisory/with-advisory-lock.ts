@@ -1,5 +1,5 @@
 import { Err, err, errAsync, Ok, ok, type Result, type ResultAsync } from 'neverthrow';
-import { z } from 'zod';
+import { z } from 'zod/v4';
 import {
   classify,
   type InvalidOptions,

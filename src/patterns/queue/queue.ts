@@ -1,6 +1,6 @@
 import { err, errAsync, ok, type Result, ResultAsync } from 'neverthrow';
 import type pg from 'pg';
-import type { z } from 'zod';
+import type { z } from 'zod/v4';
 import { classify } from '../../errors/classify.js';
 import {
   type DatabaseFailure,

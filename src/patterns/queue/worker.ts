@@ -1,6 +1,6 @@
 import { err, ok, type ResultAsync } from 'neverthrow';
 import pg from 'pg';
-import { z } from 'zod';
+import { z } from 'zod/v4';
 import { LeaseLost, type TxKitError } from '../../errors/errors.js';
 import type { Tx } from '../../tx/types.js';
 import { TransactionPoolerDetected } from '../advisory/session-lock.js';
