@@ -191,7 +191,7 @@ async function enqueueAndLatency(
   return { enqueuePerSec, p50: pick(0.5), p99: pick(0.99) };
 }
 
-/** The queue benchmark (pg-txkit bench). */
+/** The queue benchmark (npm run bench). */
 export async function run({
   url,
   onProgress,

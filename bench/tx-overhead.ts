@@ -11,7 +11,7 @@
 // - pgbench running the same SQL, when a pgbench binary is found ($PGBENCH, or next to the embedded
 //   server's binaries); otherwise a note says it was not measured.
 //
-// Build and run: the CLI (`pg-txkit bench`) loads the compiled module; `run()` is its contract.
+// Build and run: the runner (`npm run bench`) loads the compiled module; `run()` is its contract.
 import pg from 'pg';
 import { beginSql } from '../src/tx/begin-sql.js';
 import { TxManager } from '../src/tx/tx-manager.js';

@@ -1,3 +1,4 @@
+import { createRequire } from 'node:module';
 import type { TestProject } from 'vitest/node';
 import {
   PG_MAJOR_ENV,
@@ -29,7 +30,22 @@ interface SharedServer {
 const SHARED = Symbol.for('pg-txkit.test.shared-server');
 const slot = globalThis as { [SHARED]?: SharedServer };
 
+/**
+ * `PG_TXKIT_EXPECT_PG=8.11` (set by `npm run test:oldest-pg`): the run must load that pg, so a run meant
+ * for the oldest supported driver cannot pass on the newest one by accident.
+ */
+function checkPgVersion(): void {
+  const version = (createRequire(import.meta.url)('pg/package.json') as { version: string }).version;
+  const expected = process.env.PG_TXKIT_EXPECT_PG;
+  if (expected === undefined || expected === '') return;
+  if (version !== expected && !version.startsWith(`${expected}.`)) {
+    throw new Error(`PG_TXKIT_EXPECT_PG=${expected} but the tests load pg ${version}`);
+  }
+  process.stderr.write(`pg ${version} (PG_TXKIT_EXPECT_PG=${expected})\n`);
+}
+
 async function startShared(): Promise<StartedPostgres> {
+  checkPgVersion();
   const version = resolvePgMajor(undefined, process.env);
   const server = await startPostgres(version === undefined ? {} : { version });
   try {

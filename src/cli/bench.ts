@@ -2,10 +2,12 @@ import { setMaxListeners } from 'node:events';
 import { writeFile } from 'node:fs/promises';
 import { basename } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
 import { type StartedPostgres, startPostgres } from '../testing/start-postgres.js';
 import { createTestDatabase } from '../testing/test-database.js';
+import { durationSchema } from '../tx/duration.js';
 import type { CliIo } from './cli-io.js';
-import { ConnectError, oneLine, UsageError } from './connection.js';
+import { ConnectError, oneLine, parseConnectionUrl, UsageError } from './connection.js';
 import { toJson } from './doctor.js';
 import { EXIT, type ExitCode } from './exit-codes.js';
 import { loadModules } from './load-modules.js';
@@ -41,14 +43,17 @@ export interface BenchOptions {
 }
 
 /**
- * The default folder of compiled benchmarks: `<package root>/dist-bench/bench`.
+ * The default folder of compiled benchmarks: `<repository>/dist-bench/bench`. The benchmarks are a
+ * repository tool (`npm run bench`), not part of the published package: this file is compiled by
+ * `npm run build:bench` into `dist-bench/src/cli/bench.js`, beside `dist-bench/bench/`.
  *
  * @example
  * defaultBenchDir(); // → '/path/to/pg-txkit/dist-bench/bench/'
  */
 export function defaultBenchDir(): string {
-  // dist/cli/bench.js (or src/cli/bench.ts) → package root is two levels up.
-  return fileURLToPath(new URL('../../dist-bench/bench/', import.meta.url));
+  // dist-bench/src/cli/bench.js → dist-bench/bench/; src/cli/bench.ts → <repository>/dist-bench/bench/.
+  const up = import.meta.url.endsWith('.ts') ? '../../dist-bench/bench/' : '../../bench/';
+  return fileURLToPath(new URL(up, import.meta.url));
 }
 
 function benchName(file: string, mod: BenchModule): string {
@@ -56,7 +61,7 @@ function benchName(file: string, mod: BenchModule): string {
 }
 
 /**
- * `pg-txkit bench`: runs every benchmark module (each on a fresh database) with a progress bar, prints
+ * `npm run bench`: runs every benchmark module (each on a fresh database) with a progress bar, prints
  * the ratio tables, writes the JSON results and an SVG chart of the ratios.
  *
  * @example
@@ -156,4 +161,109 @@ export async function runBench(options: BenchOptions, io: CliIo): Promise<ExitCo
   }
   if (io.signal.aborted) return EXIT.interrupted;
   return failures.length > 0 ? EXIT.failure : EXIT.ok;
+}
+
+const BENCH_USAGE = `Usage: npm run bench -- [options]
+
+Runs the benchmarks of bench/ (compiled by npm run build:bench), prints ratio tables, writes JSON
+results and an SVG chart.
+
+Options:
+  --url <conn>       use this server instead of starting one (or $DATABASE_URL)
+  --only <names>     comma-separated benchmark names
+  --duration <ms>    measuring time per variant (default 3000; also '2s')
+  --out <file>       JSON results file (default bench-results.json)
+  --svg <file>       SVG chart file (default: the --out name with .svg)
+  --dir <folder>     folder of compiled benchmark modules (default dist-bench/bench)
+  --json             print the results as JSON
+  -h, --help         this text
+`;
+
+/**
+ * Parses the arguments of `npm run bench -- …` into {@link BenchOptions}; `'help'` for `--help`.
+ * Throws {@link UsageError} for an unknown option or a bad value.
+ *
+ * @example
+ * parseBenchArgs(['--only', 'queue', '--duration', '2s'], {}); // → { only: ['queue'], durationMs: 2000, … }
+ */
+export function parseBenchArgs(argv: readonly string[], env: CliIo['env']): BenchOptions | 'help' {
+  let values: ReturnType<typeof parseBenchArgv>;
+  try {
+    values = parseBenchArgv(argv);
+  } catch (error) {
+    throw new UsageError(oneLine(error));
+  }
+  if (values.help === true) return 'help';
+  const duration = values.duration ?? '3000';
+  const parsed = durationSchema.safeParse(/^\d+$/.test(duration) ? Number(duration) : duration);
+  if (!parsed.success || parsed.data <= 0) {
+    throw new UsageError("invalid --duration: expected a duration such as 500, '500ms', '2s'");
+  }
+  const only = values.only
+    ?.split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
+  if (only?.length === 0) throw new UsageError('invalid --only: expected a comma-separated list');
+  const url = values.url ?? env.DATABASE_URL;
+  return {
+    url:
+      url === undefined
+        ? undefined
+        : parseConnectionUrl(url, values.url === undefined ? 'DATABASE_URL' : '--url'),
+    only,
+    durationMs: parsed.data,
+    out: values.out ?? 'bench-results.json',
+    svg: values.svg,
+    dir: values.dir,
+    json: values.json === true,
+  };
+}
+
+function parseBenchArgv(argv: readonly string[]) {
+  return parseArgs({
+    args: [...argv],
+    strict: true,
+    allowPositionals: false,
+    options: {
+      url: { type: 'string' },
+      only: { type: 'string' },
+      duration: { type: 'string' },
+      out: { type: 'string' },
+      svg: { type: 'string' },
+      dir: { type: 'string' },
+      json: { type: 'boolean' },
+      help: { type: 'boolean', short: 'h' },
+    },
+  }).values;
+}
+
+/**
+ * The benchmark runner's command line (`npm run bench -- --only queue`): returns the exit code (see
+ * {@link EXIT}) and prints one line on stderr for bad arguments or an unreachable server.
+ *
+ * @example
+ * process.exitCode = await benchMain(process.argv.slice(2), io);
+ */
+export async function benchMain(argv: readonly string[], io: CliIo): Promise<ExitCode> {
+  try {
+    const options = parseBenchArgs(argv, io.env);
+    if (options === 'help') {
+      io.stdout.write(BENCH_USAGE);
+      return EXIT.ok;
+    }
+    return await runBench(options, io);
+  } catch (error) {
+    if (io.signal.aborted) {
+      io.stderr.write('bench: interrupted\n');
+      return EXIT.interrupted;
+    }
+    const code =
+      error instanceof UsageError
+        ? EXIT.usage
+        : error instanceof ConnectError
+          ? EXIT.cannotConnect
+          : EXIT.failure;
+    io.stderr.write(`bench: error: ${oneLine(error)}\n`);
+    return code;
+  }
 }

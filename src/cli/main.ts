@@ -1,7 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
 import { durationSchema } from '../tx/duration.js';
-import { runBench } from './bench.js';
 import type { CliIo } from './cli-io.js';
 import { ConnectError, oneLine, parseConnectionUrl, UsageError } from './connection.js';
 import { runDemo } from './demo.js';
@@ -180,33 +179,6 @@ export async function main(argv: string[], ioOverride?: CliIo): Promise<number> 
           clients: opts.clients as number,
           scale: opts.scale as number,
           only: opts.only as string[] | undefined,
-          json: opts.json === true,
-        },
-        io,
-      );
-    });
-
-  program
-    .command('bench')
-    .description(
-      'run the benchmarks of bench/ (compiled), print ratio tables, write JSON results and an SVG chart',
-    )
-    .option('--url <conn>', 'use this server instead of starting one (or $DATABASE_URL)')
-    .option('--only <names>', 'comma-separated benchmark names', list)
-    .option('--duration <ms>', 'measuring time per variant', duration, 3000)
-    .option('--out <file>', 'JSON results file', 'bench-results.json')
-    .option('--svg <file>', 'SVG chart file (default: the --out name with .svg)')
-    .option('--dir <folder>', 'folder of compiled benchmark modules (default: dist-bench/bench)')
-    .option('--json', 'print the results as JSON', false)
-    .action(async (opts: Record<string, unknown>) => {
-      code = await runBench(
-        {
-          url: opts.url === undefined ? undefined : parseConnectionUrl(opts.url as string),
-          only: opts.only as string[] | undefined,
-          durationMs: opts.duration as number,
-          out: opts.out as string,
-          svg: opts.svg as string | undefined,
-          dir: opts.dir as string | undefined,
           json: opts.json === true,
         },
         io,

@@ -1,5 +1,5 @@
 import { err, ok, type Result, ResultAsync } from 'neverthrow';
-import { z } from 'zod';
+import { z } from 'zod/v4';
 import { type DatabaseFailure, InvalidOptions } from '../errors/index.js';
 import { findLeakedAdvisoryLocks } from '../patterns/advisory/find-leaked-advisory-locks.js';
 import { durationSchema } from '../tx/duration.js';

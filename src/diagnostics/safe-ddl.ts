@@ -1,7 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { err, ok, type Result, ResultAsync } from 'neverthrow';
 import pg from 'pg';
-import { z } from 'zod';
+import { z } from 'zod/v4';
 import {
   type AttemptRecord,
   type DatabaseFailure,

@@ -1,5 +1,5 @@
 import { err, ok, type Result } from 'neverthrow';
-import type { z } from 'zod';
+import type { z } from 'zod/v4';
 import { InvalidOptions, type OptionIssue } from './errors.js';
 
 /** zod's issues as {@link OptionIssue}s. */

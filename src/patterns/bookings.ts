@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { err, errAsync, ok, okAsync, type Result, ResultAsync } from 'neverthrow';
 import type pg from 'pg';
-import { z } from 'zod';
+import { z } from 'zod/v4';
 import {
   classify,
   type DatabaseFailure,

@@ -1,5 +1,5 @@
-import { Err, err, errAsync, Ok, ok, type Result, ResultAsync } from 'neverthrow';
-import { z } from 'zod';
+import { err, errAsync, ok, type Result, ResultAsync } from 'neverthrow';
+import { z } from 'zod/v4';
 import {
   IdempotencyConflict,
   InProgress,
@@ -7,6 +7,7 @@ import {
   SerializationFailure,
   type TxError,
 } from '../errors/index.js';
+import { isResult } from '../tx/is-result.js';
 import type { ErrOf, OkOf, TxManager } from '../tx/tx-manager.js';
 import type { ConstraintErrors } from '../tx/tx-manager-options.js';
 import type { Tx } from '../tx/types.js';
@@ -331,10 +332,6 @@ export class IdempotencyKeys<C extends Record<string, unknown> = Record<never, n
     };
     return new ResultAsync(loop());
   }
-}
-
-function isResult(value: unknown): value is Result<unknown, unknown> {
-  return value instanceof Ok || value instanceof Err;
 }
 
 /**

@@ -1,6 +1,6 @@
 import { errAsync, okAsync, type ResultAsync } from 'neverthrow';
 import type pg from 'pg';
-import { z } from 'zod';
+import { z } from 'zod/v4';
 import { type DatabaseFailure, type InvalidOptions, SerializationFailure } from '../errors/index.js';
 import type { Db } from '../tx/types.js';
 import { invalid, parseOptions } from './parse-options.js';

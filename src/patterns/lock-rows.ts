@@ -1,6 +1,6 @@
 import { errAsync, okAsync, type ResultAsync } from 'neverthrow';
 import type pg from 'pg';
-import { z } from 'zod';
+import { z } from 'zod/v4';
 import { type DatabaseFailure, type InvalidOptions, NotInTransaction } from '../errors/index.js';
 import { type Db, inTransaction } from '../tx/types.js';
 import { parseOptions } from './parse-options.js';

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import pg from 'pg';
-import { z } from 'zod';
+import { z } from 'zod/v4';
 
 /** A plain SQL identifier: letters, digits, `_` and `$`, not starting with a digit or `$`, at most 63 bytes. */
 const PLAIN = /^[A-Za-z_][A-Za-z0-9_$]{0,62}$/;

@@ -1,6 +1,6 @@
 import { err, errAsync, ok, type ResultAsync } from 'neverthrow';
 import type pg from 'pg';
-import { z } from 'zod';
+import { z } from 'zod/v4';
 import { ConditionFailed, type DatabaseFailure, type InvalidOptions, NotFound } from '../errors/index.js';
 import type { Db } from '../tx/types.js';
 import { parseOptions } from './parse-options.js';

@@ -1,6 +1,6 @@
 import { errAsync, okAsync, type ResultAsync } from 'neverthrow';
 import type pg from 'pg';
-import { z } from 'zod';
+import { z } from 'zod/v4';
 import type { DatabaseFailure, InvalidOptions } from '../errors/index.js';
 import type { Db } from '../tx/types.js';
 import { conflictClause, conflictTargetSchema, rowValuesSchema } from './insert-once.js';

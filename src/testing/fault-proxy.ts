@@ -1,5 +1,5 @@
 import { createServer, type Server, type Socket, connect as tcpConnect } from 'node:net';
-import { z } from 'zod';
+import { z } from 'zod/v4';
 import { InvalidOptions } from '../errors/index.js';
 
 const faultProxyOptionsSchema = z

@@ -5,10 +5,39 @@ import { createServer } from 'node:net';
 import { tmpdir, userInfo } from 'node:os';
 import { delimiter, join } from 'node:path';
 import pg from 'pg';
-import { z } from 'zod';
+import { z } from 'zod/v4';
 
 /** Where the Debian package installs the binary (also searched on PATH). */
 const DEFAULT_BINARIES = ['/usr/sbin/pgbouncer', '/usr/bin/pgbouncer', '/usr/local/bin/pgbouncer'];
+
+/**
+ * Environment variable naming the pgbouncer binary to use. When set, it is the only place looked at:
+ * `PG_TXKIT_PGBOUNCER=/nonexistent npm test` behaves as on a machine without pgbouncer.
+ */
+export const PGBOUNCER_BINARY_ENV = 'PG_TXKIT_PGBOUNCER';
+
+/**
+ * The places {@link findPgBouncer} looks at, in order: `binary` when given, else
+ * `$PG_TXKIT_PGBOUNCER` when set, else the Debian paths and then every PATH entry.
+ *
+ * @example
+ * pgBouncerCandidates(undefined, { PG_TXKIT_PGBOUNCER: '/opt/pgbouncer/bin/pgbouncer' }); // → ['/opt/pgbouncer/bin/pgbouncer']
+ */
+export function pgBouncerCandidates(
+  binary: string | undefined,
+  env: Readonly<Record<string, string | undefined>> = process.env,
+): string[] {
+  if (binary) return [binary];
+  const fromEnv = env[PGBOUNCER_BINARY_ENV];
+  if (fromEnv) return [fromEnv];
+  return [
+    ...DEFAULT_BINARIES,
+    ...(env.PATH ?? '')
+      .split(delimiter)
+      .filter(Boolean)
+      .map((dir) => join(dir, 'pgbouncer')),
+  ];
+}
 
 /** The `pgbouncer` binary was not found. */
 export class PgBouncerNotInstalled extends Error {
@@ -75,16 +104,7 @@ export interface StartedPgBouncer {
  * if (!(await findPgBouncer())) console.log('apt-get install -y pgbouncer');
  */
 export async function findPgBouncer(binary?: string): Promise<string | undefined> {
-  const candidates = binary
-    ? [binary]
-    : [
-        ...DEFAULT_BINARIES,
-        ...(process.env.PATH ?? '')
-          .split(delimiter)
-          .filter(Boolean)
-          .map((dir) => join(dir, 'pgbouncer')),
-      ];
-  for (const candidate of candidates) {
+  for (const candidate of pgBouncerCandidates(binary)) {
     try {
       await access(candidate, constants.X_OK);
       return candidate;
@@ -140,7 +160,8 @@ async function uidOf(user: string): Promise<{ uid: number; gid: number } | undef
 export async function startPgBouncer(options: StartPgBouncerOptions): Promise<StartedPgBouncer> {
   const o = startPgBouncerOptionsSchema.parse(options);
   const binary = await findPgBouncer(o.binary);
-  if (!binary) throw new PgBouncerNotInstalled(o.binary ? [o.binary] : DEFAULT_BINARIES);
+  if (!binary)
+    throw new PgBouncerNotInstalled(o.binary ? [o.binary] : pgBouncerCandidates(undefined).slice(0, 3));
   const target = new URL(o.target);
   const port = o.port || (await freePort());
   const dir = await mkdtemp(join(tmpdir(), 'pg-txkit-pgbouncer-'));

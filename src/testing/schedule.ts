@@ -1,5 +1,5 @@
 import pg from 'pg';
-import { z } from 'zod';
+import { z } from 'zod/v4';
 import { InvalidOptions } from '../errors/index.js';
 import { formatOutcomes } from './format-outcomes.js';
 

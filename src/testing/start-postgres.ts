@@ -5,7 +5,7 @@ import { createRequire } from 'node:module';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
-import { z } from 'zod';
+import { z } from 'zod/v4';
 
 /** Which provider started (or found) the server. */
 export type PostgresProvider = 'url' | 'testcontainers' | 'embedded';

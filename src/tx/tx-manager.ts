@@ -1,6 +1,6 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
-import { Err, err, Ok, ok, type Result, ResultAsync } from 'neverthrow';
-import pg from 'pg';
+import { type Err, err, type Ok, ok, type Result, ResultAsync } from 'neverthrow';
+import type pg from 'pg';
 import {
   CommitOutcomeUnknown,
   ConnectionLost,
@@ -16,6 +16,8 @@ import { acquireClient } from './acquire-client.js';
 import { beginSql } from './begin-sql.js';
 import { guardClientErrors } from './guard-client-errors.js';
 import { HookRunner } from './hooks.js';
+import { isPool } from './is-pool.js';
+import { isResult } from './is-result.js';
 import { planScope } from './propagation.js';
 import { withRetry } from './retry.js';
 import { TxAttempt } from './tx-attempt.js';
@@ -73,15 +75,6 @@ type AttemptEnd =
   | { readonly type: 'err'; readonly error: unknown }
   | { readonly type: 'failure'; readonly failure: TxKitError }
   | { readonly type: 'defect'; readonly error: unknown };
-
-function isResult(value: unknown): value is Result<unknown, unknown> {
-  if (value instanceof Ok || value instanceof Err) return true;
-  if (typeof value !== 'object' || value === null) return false;
-  const v = value as { isOk?: unknown; isErr?: unknown; _unsafeUnwrap?: unknown };
-  return (
-    typeof v.isOk === 'function' && typeof v.isErr === 'function' && typeof v._unsafeUnwrap === 'function'
-  );
-}
 
 const NOT_SENT = [
   'Client has encountered a connection error and is not queryable',
@@ -146,7 +139,7 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
    * found at start-up.
    */
   constructor(pool: pg.Pool, options: TxManagerOptions<C> = {}) {
-    if (!(pool instanceof pg.Pool) && typeof (pool as { connect?: unknown })?.connect !== 'function') {
+    if (!isPool(pool)) {
       throw new TypeError('TxManager needs a pg.Pool');
     }
     const parsed = txManagerOptionsSchema.safeParse(options);

@@ -1,5 +1,5 @@
 import { err, ok, type Result } from 'neverthrow';
-import { z } from 'zod';
+import { z } from 'zod/v4';
 import { InvalidOptions } from '../errors/index.js';
 import { toOptionIssues } from '../errors/parse-options.js';
 import { durationSchema } from './duration.js';

@@ -3,10 +3,16 @@ import { fileURLToPath } from 'node:url';
 import type { CliIo, OutputStream } from '../../src/cli/cli-io.js';
 import { main } from '../../src/cli/main.js';
 
-/** Runs `main(argv)` in-process with captured stdout/stderr. */
+/** Runs `main(argv)` (or `options.entry`) in-process with captured stdout/stderr. */
 export async function runMain(
   argv: string[],
-  options: { env?: Record<string, string>; signal?: AbortSignal; onStdout?: (chunk: string) => void } = {},
+  options: {
+    env?: Record<string, string>;
+    signal?: AbortSignal;
+    onStdout?: (chunk: string) => void;
+    /** Another command-line entry with main's shape (the benchmark runner's). */
+    entry?: (argv: string[], io: CliIo) => Promise<number>;
+  } = {},
 ): Promise<{ code: number; stdout: string; stderr: string }> {
   let stdout = '';
   let stderr = '';
@@ -31,7 +37,7 @@ export async function runMain(
     env: options.env ?? {},
     signal: options.signal ?? new AbortController().signal,
   };
-  const code = await main(argv, io);
+  const code = await (options.entry ?? main)(argv, io);
   return { code, stdout, stderr };
 }
 

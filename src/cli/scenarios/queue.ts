@@ -1,5 +1,5 @@
 import pg from 'pg';
-import { z } from 'zod';
+import { z } from 'zod/v4';
 import { Queue } from '../../patterns/queue/queue.js';
 import { TxManager } from '../../tx/tx-manager.js';
 import type { Scenario, ScenarioContext, ScenarioResult, SideResult } from '../scenario.js';

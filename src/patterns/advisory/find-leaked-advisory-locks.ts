@@ -1,5 +1,5 @@
 import { err, ok, type Result } from 'neverthrow';
-import { z } from 'zod';
+import { z } from 'zod/v4';
 import type { InvalidOptions } from '../../errors/index.js';
 import { durationSchema } from '../../tx/duration.js';
 import type { Queryable } from '../../tx/types.js';

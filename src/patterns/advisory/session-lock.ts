@@ -1,6 +1,6 @@
 import { err, ok, type Result, ResultAsync } from 'neverthrow';
 import pg from 'pg';
-import { z } from 'zod';
+import { z } from 'zod/v4';
 import {
   ConnectionLost,
   classify,
@@ -12,6 +12,7 @@ import {
   TxKitError,
 } from '../../errors/index.js';
 import { durationSchema, MAX_DURATION_MS } from '../../tx/duration.js';
+import { isPool } from '../../tx/is-pool.js';
 import { type AnyAdvisoryKey, formatAdvisoryKey, isAdvisoryKey, lockTagOf } from './advisory-key.js';
 import { invalid, parseOptions } from './parse-options.js';
 
@@ -369,7 +370,7 @@ function clientConfigOf(target: SessionLockTarget, options: Parsed): pg.ClientCo
   const base: pg.ClientConfig =
     typeof target === 'string'
       ? { connectionString: target }
-      : target instanceof pg.Pool
+      : isPool(target)
         ? { ...(target.options as pg.ClientConfig) }
         : { ...target };
   return {

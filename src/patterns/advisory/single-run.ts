@@ -1,6 +1,6 @@
 import { err, errAsync, ok, type Result, type ResultAsync } from 'neverthrow';
 import pg from 'pg';
-import { z } from 'zod';
+import { z } from 'zod/v4';
 import {
   AlreadyDone,
   type DatabaseFailure,

@@ -1,5 +1,5 @@
-import { Err, err, errAsync, Ok, ok, type Result, type ResultAsync } from 'neverthrow';
-import { z } from 'zod';
+import { err, errAsync, ok, type Result, type ResultAsync } from 'neverthrow';
+import { z } from 'zod/v4';
 import {
   classify,
   type InvalidOptions,
@@ -8,6 +8,7 @@ import {
   type TxError,
 } from '../../errors/index.js';
 import { durationSchema } from '../../tx/duration.js';
+import { isResult } from '../../tx/is-result.js';
 import type { TxManager } from '../../tx/tx-manager.js';
 import type { ConstraintErrors } from '../../tx/tx-manager-options.js';
 import type { TxOptions } from '../../tx/tx-options.js';
@@ -176,6 +177,6 @@ export async function acquireXactLocks(
 
 /** A callback's return value as a Result (a plain value is `ok`). */
 export function toResult<T, E>(value: T | Result<T, E>): Result<T, E> {
-  if (value instanceof Ok || value instanceof Err) return value as Result<T, E>;
+  if (isResult(value)) return value as Result<T, E>;
   return ok(value as T);
 }

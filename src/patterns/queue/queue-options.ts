@@ -1,5 +1,6 @@
-import { z } from 'zod';
+import { z } from 'zod/v4';
 import { durationSchema } from '../../tx/duration.js';
+import { isPayloadSchema, type PayloadSchema } from './payload-schema.js';
 import { isJobId } from './split-leases.js';
 
 /**
@@ -32,8 +33,6 @@ const schemaName = z
   .string()
   .regex(/^[a-z_][a-z0-9_]{0,40}$/, 'a lower-case identifier of at most 41 characters (letters, digits, _)');
 
-const isZodType = (v: unknown): v is z.ZodType => v instanceof z.ZodType;
-
 /** Options of `new Queue(...)` (validated; the type comes from this schema). */
 export const queueOptionsSchema = z.strictObject({
   /** The pool the queue runs its statements on (claims, settles, reaper, LISTEN connection). */
@@ -48,8 +47,11 @@ export const queueOptionsSchema = z.strictObject({
   ),
   /** Schema holding the queue's tables. */
   schema: schemaName.default('pgtxkit_queue'),
-  /** Task name → zod schema of its payload. */
-  tasks: z.record(taskName, z.custom<z.ZodType>(isZodType, 'a zod schema')),
+  /** Task name → schema of its payload: zod (the user's copy) or any Standard Schema (valibot, arktype…). */
+  tasks: z.record(
+    taskName,
+    z.custom<PayloadSchema>(isPayloadSchema, 'a zod schema or another Standard Schema'),
+  ),
   /** Move completed and cancelled jobs to `jobs_archive` instead of deleting them. */
   archive: z.boolean().default(false),
   /** Default attempts per job (the first run counts). */

@@ -1,6 +1,6 @@
 import { err, errAsync, ok, okAsync, type Result, ResultAsync } from 'neverthrow';
 import type pg from 'pg';
-import type { z } from 'zod';
+import type { z } from 'zod/v4';
 import { classify } from '../../errors/classify.js';
 import {
   type DatabaseFailure,
@@ -14,6 +14,7 @@ import { guardClientErrors } from '../../tx/guard-client-errors.js';
 import type { Db, Queryable, Tx } from '../../tx/types.js';
 import { type EnqueuedJob, type Job, type JobLease, type JobRow, type JobState, jobFromRow } from './job.js';
 import { type MigrateResult, migrateQueue, notifyChannel } from './migrate-queue.js';
+import { type PayloadInput, type PayloadSchema, validatePayload } from './payload-schema.js';
 import {
   claimOptionsSchema,
   enqueueManyOptionsSchema,
@@ -29,8 +30,8 @@ import { type InvalidLease, invalidLease, isJobId, splitLeases } from './split-l
 import type { WorkHandlers, WorkOptionsInput } from './worker.js';
 import { QueueWorker } from './worker.js';
 
-/** Task name → zod schema of its payload. */
-export type TaskMap = Readonly<Record<string, z.ZodType>>;
+/** Task name → schema of its payload (zod from the user's copy, or any Standard Schema). */
+export type TaskMap = Readonly<Record<string, PayloadSchema>>;
 
 /**
  * The part of `TxManager` the queue uses: `do(fn)` runs `fn` in one transaction and returns its
@@ -235,16 +236,15 @@ export class Queue<T extends TaskMap = TaskMap> {
     payload: unknown,
   ): Result<unknown, UnknownTask | InvalidOptions> {
     if (!Object.hasOwn(this.#tasks, task)) return err(new UnknownTask(task));
-    const schema = this.#tasks[task] as z.ZodType;
-    const parsed = schema.safeParse(payload);
-    if (parsed.success) {
+    const parsed = validatePayload(this.#tasks[task] as PayloadSchema, payload);
+    if (parsed.isOk()) {
       // The payload is stored as jsonb: it must serialize (a BigInt made JSON.stringify throw a
       // TypeError out of enqueue; undefined or a function serialize to nothing) and hold no U+0000
       // ("\u0000", which jsonb refuses with 22P05 after validation passed). Both refused here, before
       // SQL, like any invalid payload (found by test/property/fuzz-queue).
       let json: string | undefined;
       try {
-        json = JSON.stringify(parsed.data);
+        json = JSON.stringify(parsed.value);
       } catch (error) {
         return err(invalidPayload(`the payload is not JSON-serializable (${errorText(error)})`));
       }
@@ -256,14 +256,9 @@ export class Queue<T extends TaskMap = TaskMap> {
           ),
         );
       }
-      return ok(parsed.data);
+      return ok(parsed.value);
     }
-    return err(
-      new InvalidOptions(
-        parsed.error.issues.map((i) => ({ path: ['payload', ...i.path], message: i.message, code: i.code })),
-        parsed.error,
-      ),
-    );
+    return err(parsed.error);
   }
 
   /**
@@ -280,7 +275,7 @@ export class Queue<T extends TaskMap = TaskMap> {
   enqueue<K extends keyof T & string>(
     db: Db,
     task: K,
-    payload: z.input<T[K]>,
+    payload: PayloadInput<T[K]>,
     options: EnqueueOptions = {},
   ): ResultAsync<EnqueuedJob, EnqueueError> {
     const checked = this.#validate(task, payload).andThen((value) =>
@@ -339,7 +334,7 @@ export class Queue<T extends TaskMap = TaskMap> {
   enqueueMany<K extends keyof T & string>(
     db: Db,
     task: K,
-    payloads: readonly z.input<T[K]>[],
+    payloads: readonly PayloadInput<T[K]>[],
     options: EnqueueManyOptions = {},
   ): ResultAsync<EnqueueManyResult, EnqueueError> {
     // A non-array (a type error the compiler catches) threw a TypeError from payloads.entries() (found by
@@ -666,7 +661,7 @@ export class Queue<T extends TaskMap = TaskMap> {
   }
 
   /** The payload schema of a task (undefined if not registered). */
-  schemaOf(task: string): z.ZodType | undefined {
+  schemaOf(task: string): PayloadSchema | undefined {
     return Object.hasOwn(this.#tasks, task) ? this.#tasks[task] : undefined;
   }
 

@@ -1,9 +1,10 @@
 import { err, ok, type ResultAsync } from 'neverthrow';
-import { z } from 'zod';
+import { z } from 'zod/v4';
 import { LeaseLost, type TxKitError } from '../../errors/errors.js';
 import type { Tx } from '../../tx/types.js';
 import type { Job } from './job.js';
 import { JobListener } from './job-listener.js';
+import type { PayloadOutput } from './payload-schema.js';
 import type { Queue, TaskMap } from './queue.js';
 import { errorText } from './queue.js';
 import { durationSchema, parseOptions } from './queue-options.js';
@@ -35,7 +36,7 @@ export interface JobContext {
 export type JobHandler<P> = (job: Job<P>, context: JobContext) => unknown;
 
 /** Task name → handler. The worker only claims tasks it has a handler for. */
-export type WorkHandlers<T extends TaskMap> = { readonly [K in keyof T]?: JobHandler<z.output<T[K]>> };
+export type WorkHandlers<T extends TaskMap> = { readonly [K in keyof T]?: JobHandler<PayloadOutput<T[K]>> };
 
 /** How a job's run ended. */
 export type JobOutcome = 'completed' | 'failed' | 'dead' | 'lost' | 'released' | 'unsettled';
