@@ -47,21 +47,30 @@ const CONCURRENT_INDEX = new RegExp(
  * Looks at a DDL text without a database: how many statements, whether it can run in a transaction
  * block, whether it controls transactions itself, and the name of a concurrently built index.
  *
+ * The text is read twice, with `standard_conforming_strings` on and off: the server reads it with the
+ * session's setting (a role, a database or a connection option may turn it off), and a text that
+ * hides a COMMIT inside a literal under one reading runs it under the other. What either reading
+ * finds counts.
+ *
  * @example
  * inspectDdl('CREATE INDEX CONCURRENTLY orders_user_idx ON orders (user_id)').nonTransactional;
  * // → 'CREATE INDEX CONCURRENTLY'
  */
 export function inspectDdl(sql: string): DdlInspection {
-  // Literals and comments out of the way: `;` or keywords inside them do not count.
-  const statements = redactQuery(sql)
-    .split(';')
-    .map((s) => s.replace(/\s+/g, ' ').trim())
-    .filter((s) => s.length > 0);
+  let statements = 0;
   let nonTransactional: string | null = null;
   let transactionControl: string | null = null;
-  for (const s of statements) {
-    nonTransactional ??= NON_TRANSACTIONAL.find(([re]) => re.test(s))?.[1] ?? null;
-    transactionControl ??= TRANSACTION_CONTROL.exec(s)?.[1]?.toUpperCase() ?? null;
+  for (const standardStrings of [true, false]) {
+    // Literals and comments out of the way: `;` or keywords inside them do not count.
+    const found = redactQuery(sql, standardStrings)
+      .split(';')
+      .map((s) => s.replace(/\s+/g, ' ').trim())
+      .filter((s) => s.length > 0);
+    statements = Math.max(statements, found.length);
+    for (const s of found) {
+      nonTransactional ??= NON_TRANSACTIONAL.find(([re]) => re.test(s))?.[1] ?? null;
+      transactionControl ??= TRANSACTION_CONTROL.exec(s)?.[1]?.toUpperCase() ?? null;
+    }
   }
   // The index name is read from the original text (redaction keeps identifiers, but be exact).
   const flat = sql
@@ -71,7 +80,7 @@ export function inspectDdl(sql: string): DdlInspection {
   const m = CONCURRENT_INDEX.exec(flat);
   const hasSchema = m?.[3] !== undefined;
   return {
-    statements: statements.length,
+    statements,
     nonTransactional,
     transactionControl,
     concurrentIndexName: m?.[1] ?? null,

@@ -7,12 +7,14 @@
  * `X'…'`), dollar-quoted strings (`$$…$$`, `$tag$…$tag$`) and numbers. Identifiers (`"quoted"` too),
  * keywords and parameters (`$1`) are kept, so the shape of the query stays readable while values
  * (emails, tokens, amounts) do not leave the database. Comments are removed (they may hold data too).
+ * `standardStrings` is the session's `standard_conforming_strings` (default on); off, a backslash
+ * escapes the next character inside a plain `'…'` literal too, which moves where literals end.
  *
  * @example
  * redactQuery("UPDATE users SET email = 'a@b.c' WHERE id = 42");
  * // → 'UPDATE users SET email = $? WHERE id = $?'
  */
-export function redactQuery(sql: string): string {
+export function redactQuery(sql: string, standardStrings = true): string {
   let out = '';
   let i = 0;
   const n = sql.length;
@@ -52,7 +54,9 @@ export function redactQuery(sql: string): string {
     const prefix = /^(?:[eEbBxXnN]|[uU]&)'/.exec(sql.slice(i, i + 3));
     if ((prefix && !isIdentChar(sql[i - 1])) || c === "'") {
       const start = prefix ? i + prefix[0].length - 1 : i;
-      const backslashes = prefix !== null && /^[eE]/.test(prefix[0]);
+      // E'…' always takes backslash escapes; a plain or N'…' one too when `standardStrings` is off.
+      const letter = prefix?.[0][0]?.toLowerCase();
+      const backslashes = letter === 'e' || ((letter === undefined || letter === 'n') && !standardStrings);
       i = skipString(sql, start, backslashes);
       out += '$?';
       continue;

@@ -1,16 +1,16 @@
-import { setTimeout as sleep } from 'node:timers/promises';
 import { err, ok, type Result, ResultAsync } from 'neverthrow';
 import pg from 'pg';
 import { z } from 'zod/v4';
 import {
-  type AttemptRecord,
   type DatabaseFailure,
   InvalidOptions,
-  RetriesExhausted,
+  parseOptions,
+  type RetriesExhausted,
   type TxKitError,
 } from '../errors/index.js';
-import { fullJitterDelay } from '../tx/backoff.js';
-import { durationSchema } from '../tx/duration.js';
+import { timeoutSchema } from '../tx/duration.js';
+import { withRetry } from '../tx/retry.js';
+import { isRetryable, type RetryableKind } from '../tx/retryable.js';
 import { toDatabaseFailure } from './db-failure.js';
 import { inspectDdl, unquoteIdentifier } from './ddl-statement.js';
 
@@ -47,11 +47,9 @@ const safeDdlOptionsSchema = z
      * How long one attempt may wait for its lock before giving up (SET LOCAL lock_timeout). Short, so
      * a waiting ALTER never holds a queue of sessions behind it for long. Default 2 s; at least 1 ms.
      */
-    lockTimeout: durationSchema
-      .default(2000)
-      .refine((ms) => ms >= 1, 'lockTimeout must be at least 1 ms (0 means wait forever)'),
+    lockTimeout: timeoutSchema.default(2000),
     /** statement_timeout of each attempt (the whole statement, lock wait included). Default: the session's. */
-    statementTimeout: durationSchema.optional(),
+    statementTimeout: timeoutSchema.optional(),
     /** Total attempts. Default 5. */
     attempts: z.number().int().min(1).max(1000).default(5),
     /** Full-jitter exponential backoff between attempts, ms. Default { baseMs: 250, capMs: 5000 }. */
@@ -81,8 +79,8 @@ const safeDdlOptionsSchema = z
 export type SafeDdlOptions = z.input<typeof safeDdlOptionsSchema>;
 type Parsed = z.output<typeof safeDdlOptionsSchema>;
 
-/** Errors worth another attempt: the lock was not free in time, or a deadlock picked us. */
-const RETRYABLE = new Set(['LockNotAvailable', 'DeadlockDetected']);
+/** Errors worth another attempt (judged by the one retry table): the lock was not free in time, or a deadlock picked us. */
+const RETRY_ON: readonly RetryableKind[] = ['LockNotAvailable', 'DeadlockDetected'];
 
 /**
  * Runs DDL so that it gives up instead of freezing a table: each attempt is one transaction with
@@ -110,14 +108,11 @@ export function safeDdl(
   sql: string,
   options: SafeDdlOptions = {},
 ): ResultAsync<SafeDdlReport, SafeDdlError> {
-  const parsed = safeDdlOptionsSchema.safeParse(options);
-  if (!parsed.success) {
-    const issues = parsed.error.issues.map((i) => ({ path: i.path, message: i.message, code: i.code }));
-    return new ResultAsync(Promise.resolve(err(new InvalidOptions(issues, parsed.error))));
-  }
-  const refusal = refuse(sql, parsed.data.concurrently);
+  const parsed = parseOptions(safeDdlOptionsSchema, options);
+  if (parsed.isErr()) return new ResultAsync(Promise.resolve(err(parsed.error)));
+  const refusal = refuse(sql, parsed.value.concurrently);
   if (refusal) return new ResultAsync(Promise.resolve(err(refusal)));
-  return new ResultAsync(retry(pool, sql, parsed.data));
+  return new ResultAsync(retry(pool, sql, parsed.value));
 }
 
 function refuse(sql: string, concurrently: boolean): InvalidOptions | undefined {
@@ -155,57 +150,57 @@ function refuse(sql: string, concurrently: boolean): InvalidOptions | undefined 
   return undefined;
 }
 
+/** Runs the attempts through the one retry engine (p-retry, full-jitter delays, the signal). */
 async function retry(
   pool: pg.Pool,
   sql: string,
   options: Parsed,
 ): Promise<Result<SafeDdlReport, SafeDdlError>> {
-  const attempts: DdlAttempt[] = [];
-  const history: AttemptRecord[] = [];
-  const info = inspectDdl(sql);
-  let lastFailure: DatabaseFailure | undefined;
-  for (let attempt = 1; ; attempt++) {
-    if (options.signal?.aborted) return err(abortedError(attempts.length, history, lastFailure));
-    const started = performance.now();
-    const { result, dropped } = options.concurrently
-      ? await runOutside(pool, sql, options, info.concurrentIndexName, info.concurrentIndexSchema)
-      : await runInTransaction(pool, sql, options);
-    const durationMs = Math.round(performance.now() - started);
-    const failure = result.isErr() ? result.error : undefined;
-    lastFailure = failure ?? lastFailure;
-    const retryable = failure !== undefined && RETRYABLE.has(failure.kind);
-    const last = failure === undefined || !retryable || attempt >= options.attempts;
-    const delayMs = last ? 0 : fullJitterDelay(attempt, options.backoff);
-    const record: DdlAttempt = {
-      attempt,
-      outcome: failure?.kind ?? 'ok',
-      code: failure !== undefined && 'code' in failure ? (failure.code as string | undefined) : undefined,
-      durationMs,
-      delayMs,
-      droppedInvalidIndex: dropped,
-    };
-    attempts.push(record);
-    if (failure) history.push({ attempt, kind: failure.kind, code: record.code, delayMs });
-    await options.onAttempt?.(record);
-    if (failure === undefined) return ok({ attempts, concurrently: options.concurrently });
-    if (!retryable) return err(failure);
-    if (attempt >= options.attempts) return err(new RetriesExhausted(attempt, history, failure));
-    try {
-      await sleep(delayMs, undefined, options.signal ? { signal: options.signal } : {});
-    } catch {
-      return err(abortedError(attempts.length, history, failure));
-    }
+  if (options.signal?.aborted) {
+    return err(new InvalidOptions([{ path: ['signal'], message: 'aborted before the first attempt' }]));
   }
-}
-
-function abortedError(
-  attempts: number,
-  history: readonly AttemptRecord[],
-  last: DatabaseFailure | undefined,
-): SafeDdlError {
-  if (last === undefined)
-    return new InvalidOptions([{ path: ['signal'], message: 'aborted before the first attempt' }]);
-  return new RetriesExhausted(attempts, history, last, 'aborted');
+  const attempts: DdlAttempt[] = [];
+  const info = inspectDdl(sql);
+  /** The attempt just run, reported once its delay is known (onRetry), or with 0 when it was the last. */
+  let pending: Omit<DdlAttempt, 'delayMs'> | undefined;
+  const report = async (delayMs: number): Promise<void> => {
+    if (pending === undefined) return;
+    const record: DdlAttempt = { ...pending, delayMs };
+    pending = undefined;
+    attempts.push(record);
+    await options.onAttempt?.(record);
+  };
+  const retried = await withRetry<Result<void, DatabaseFailure>>(
+    async (attempt) => {
+      const started = performance.now();
+      const { result, dropped } = options.concurrently
+        ? await runOutside(pool, sql, options, info.concurrentIndexName, info.concurrentIndexSchema)
+        : await runInTransaction(pool, sql, options);
+      const failure = result.isErr() ? result.error : undefined;
+      const code = (failure as { code?: unknown } | undefined)?.code;
+      pending = {
+        attempt,
+        outcome: failure?.kind ?? 'ok',
+        code: typeof code === 'string' ? code : undefined,
+        durationMs: Math.round(performance.now() - started),
+        droppedInvalidIndex: dropped,
+      };
+      return failure !== undefined && isRetryable(failure, RETRY_ON)
+        ? { done: false, failure }
+        : { done: true, value: result };
+    },
+    {
+      maxAttempts: options.attempts,
+      backoff: options.backoff,
+      signal: options.signal,
+      onRetry: (_attempt, _failure, delayMs) => report(delayMs),
+    },
+  );
+  await report(0);
+  if (retried.isErr()) return err(retried.error);
+  const result = retried.value;
+  if (result.isErr()) return err(result.error);
+  return ok({ attempts, concurrently: options.concurrently });
 }
 
 /** What one attempt did: its result, and the invalid index it dropped first (if any). */
@@ -291,11 +286,24 @@ async function runOutside(
   }
   let dropped: string | null = null;
   let result: Result<void, DatabaseFailure>;
+  let previous: { lock_timeout: string; statement_timeout: string } | undefined;
   try {
-    const statement =
-      options.statementTimeout === undefined ? '' : ` SET statement_timeout = ${options.statementTimeout};`;
-    // Session-level timeouts (no transaction block to scope them): reset below.
-    await client.query(`SET lock_timeout = ${options.lockTimeout};${statement}`);
+    // Session-level timeouts (no transaction block to scope them). The session's own values are read
+    // first and put back after: RESET would fall back to the server default, dropping settings the
+    // application gave this pooled connection. Reads settings only, no lock.
+    const read = await client.query<{ lock_timeout: string; statement_timeout: string }>(
+      "SELECT current_setting('lock_timeout') AS lock_timeout, current_setting('statement_timeout') AS statement_timeout",
+    );
+    previous = read.rows[0];
+    // set_config(…, is_local => false): session level, values as parameters; no lock.
+    await client.query('SELECT set_config($1, $2, false), set_config($3, $4, false)', [
+      'lock_timeout',
+      String(options.lockTimeout),
+      'statement_timeout',
+      options.statementTimeout === undefined
+        ? (previous?.statement_timeout ?? '0')
+        : String(options.statementTimeout),
+    ]);
     if (indexName !== null) dropped = await dropInvalidIndex(client, indexName, indexSchema);
     // The caller's statement, in autocommit: takes its own locks (SHARE UPDATE EXCLUSIVE for CIC).
     await client.query(sql);
@@ -303,9 +311,19 @@ async function runOutside(
   } catch (error) {
     result = err(toDatabaseFailure(error));
   }
+  if (previous === undefined) {
+    // The settings were never read: nothing of ours was set, but the connection may be the failure.
+    release(client, result.isErr() ? result.error : undefined);
+    return { result, dropped };
+  }
   try {
-    // Back to the role's defaults before the client returns to the pool.
-    await client.query('RESET lock_timeout; RESET statement_timeout');
+    // Back to the session's own values before the client returns to the pool; no lock.
+    await client.query('SELECT set_config($1, $2, false), set_config($3, $4, false)', [
+      'lock_timeout',
+      previous.lock_timeout,
+      'statement_timeout',
+      previous.statement_timeout,
+    ]);
     release(client);
   } catch (resetError) {
     release(client, resetError);

@@ -8,9 +8,11 @@ import {
   type DriverErrorFields,
   ExclusionViolation,
   ForeignKeyViolation,
+  IdleInTransactionTimeout,
   LockNotAvailable,
   NotNullViolation,
   PoolExhausted,
+  QueryTimeout,
   SerializationFailure,
   StatementTimeout,
   TxKitError,
@@ -36,7 +38,6 @@ const CONNECTION_MESSAGES = [
   'connection terminated',
   'Client has encountered a connection error and is not queryable',
   'Client was closed and is not queryable',
-  'Query read timeout',
   'terminating connection',
   // pg.Client's connectionTimeoutMillis ran out before the server answered.
   'timeout expired',
@@ -54,6 +55,30 @@ function fieldsOf(error: object): DriverErrorFields {
     column: str(e.column),
     message: str(e.message),
   };
+}
+
+/** pg's message for its client-side `query_timeout` (the server may still be running the statement). */
+const QUERY_READ_TIMEOUT = 'Query read timeout';
+
+/**
+ * Does `error` have the shape of pg's `DatabaseError` (an ErrorResponse the server sent)? Checked
+ * structurally (the user's pg may be another copy or version): a `severity`, a five-character SQLSTATE
+ * `code`, and the protocol fields pg always sets on it (`routine`, `length`). A user's own error or a
+ * plain object that merely carries `code: '40001'` does not qualify.
+ *
+ * @example
+ * looksLikeDatabaseError(Object.assign(new Error('x'), { code: '40001' })); // false
+ */
+export function looksLikeDatabaseError(error: unknown): boolean {
+  if (!(error instanceof Error)) return false;
+  const e = error as Error & { severity?: unknown; code?: unknown; length?: unknown };
+  return (
+    typeof e.severity === 'string' &&
+    typeof e.code === 'string' &&
+    /^[0-9A-Z]{5}$/.test(e.code) &&
+    typeof e.length === 'number' &&
+    'routine' in e
+  );
 }
 
 /** Does this error mean the connection is gone (socket error, terminated, closed)? */
@@ -103,6 +128,8 @@ export function classify(error: unknown): DatabaseFailure | undefined {
         return new DeadlockDetected(error);
       case 'LockNotAvailable':
         return new LockNotAvailable(error);
+      case 'IdleInTransactionTimeout':
+        return new IdleInTransactionTimeout(error);
       case 'StatementTimeout':
         return new StatementTimeout(
           /statement timeout/i.test(fields.message ?? '') ? 'timeout' : 'cancel',
@@ -114,6 +141,7 @@ export function classify(error: unknown): DatabaseFailure | undefined {
         return new ConnectionLost(fields.code, error);
     }
   }
+  if (fields.message === QUERY_READ_TIMEOUT) return new QueryTimeout(error);
   if (fields.message?.includes('timeout exceeded when trying to connect')) {
     return new PoolExhausted('timed out waiting for a client from the pool', error);
   }
@@ -135,6 +163,8 @@ const DATABASE_KINDS: ReadonlySet<string> = new Set([
   'DeadlockDetected',
   'LockNotAvailable',
   'StatementTimeout',
+  'QueryTimeout',
+  'IdleInTransactionTimeout',
   'ConnectionLost',
   'CommitOutcomeUnknown',
   'PoolExhausted',

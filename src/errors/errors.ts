@@ -165,6 +165,40 @@ export class StatementTimeout extends TxKitError {
 }
 
 /**
+ * pg's client-side `query_timeout` fired ("Query read timeout"): the client stopped waiting, but the
+ * server may still be running the statement. Never retried (each retry would leave one more statement
+ * running); the client it ran on is destroyed, not returned to the pool. Prefer `statementTimeout`,
+ * which the server enforces.
+ */
+export class QueryTimeout extends TxKitError {
+  readonly kind = 'QueryTimeout' as const;
+  constructor(cause?: unknown) {
+    super(
+      'query_timeout expired on the client; the server may still be running the statement (its connection was discarded)',
+      cause,
+    );
+  }
+}
+
+/**
+ * 25P03: the server ended the session because the transaction sat idle longer than
+ * `idle_in_transaction_session_timeout`. The cause is a slow step inside the transaction (an external
+ * call, a wait): a retry would repeat it, so it is not retried by default (opt in with
+ * `retryOn: [..., 'IdleInTransactionTimeout']`). The transaction was rolled back.
+ */
+export class IdleInTransactionTimeout extends TxKitError {
+  readonly kind = 'IdleInTransactionTimeout' as const;
+  readonly code = '25P03' as const;
+  constructor(cause?: unknown) {
+    super(
+      'the transaction was idle longer than idle_in_transaction_session_timeout and the server ended it ' +
+        '(a slow call inside the transaction? it is not retried, since a retry would repeat it)',
+      cause,
+    );
+  }
+}
+
+/**
  * The connection broke (network cut, backend terminated, server restart) before COMMIT was sent: the
  * server rolled the transaction back. Retried on a new connection.
  */
@@ -399,6 +433,8 @@ export type DatabaseFailure =
   | DeadlockDetected
   | LockNotAvailable
   | StatementTimeout
+  | QueryTimeout
+  | IdleInTransactionTimeout
   | ConnectionLost
   | CommitOutcomeUnknown
   | PoolExhausted

@@ -1,4 +1,4 @@
-export { classify, isConnectionError } from './classify.js';
+export { classify, isConnectionError, looksLikeDatabaseError } from './classify.js';
 export * from './errors.js';
 export { invalid, parseOptions, toOptionIssues } from './parse-options.js';
 export { SQLSTATE, type SqlStateEntry, sqlState } from './sqlstate.js';

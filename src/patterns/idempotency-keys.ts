@@ -7,6 +7,7 @@ import {
   SerializationFailure,
   type TxError,
 } from '../errors/index.js';
+import { spanSchema } from '../tx/duration.js';
 import { isResult } from '../tx/is-result.js';
 import type { ErrOf, OkOf, TxManager } from '../tx/tx-manager.js';
 import type { ConstraintErrors } from '../tx/tx-manager-options.js';
@@ -15,24 +16,6 @@ import { advisoryKey } from './advisory/advisory-key.js';
 import { parseOptions } from './parse-options.js';
 import { derivedName, quoteName, tableNameSchema } from './sql-identifier.js';
 import { decodeStoredResult, encodeStoredResult } from './stored-result.js';
-
-const UNIT_MS: Readonly<Record<string, number>> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
-
-/** A positive time span: milliseconds, or '500ms' / '30s' / '15m' / '24h' / '7d'. */
-const spanSchema = z.union([z.number(), z.string()]).transform((value, ctx): number => {
-  const match = typeof value === 'string' ? /^(\d{1,9})(ms|s|m|h|d)$/.exec(value.trim()) : undefined;
-  const ms =
-    typeof value === 'number'
-      ? value
-      : match
-        ? Number(match[1]) * (UNIT_MS[match[2] ?? ''] ?? Number.NaN)
-        : Number.NaN;
-  if (!Number.isSafeInteger(ms) || ms <= 0) {
-    ctx.addIssue({ code: 'custom', message: "a positive whole number of ms, or '30s', '15m', '24h', '7d'" });
-    return z.NEVER;
-  }
-  return ms;
-});
 
 const idempotencyKeysOptionsSchema = z
   .object({

@@ -14,7 +14,7 @@ const ISOLATION_SQL: Readonly<Record<TxSettings['isolation'], string>> = {
 
 function integerMs(name: string, value: number): string {
   // Defence in depth: the schema already guarantees this. A non-integer here is a bug, never SQL.
-  if (!Number.isSafeInteger(value) || value < 0 || value > 2_147_483_647) {
+  if (!Number.isSafeInteger(value) || value < 1 || value > 2_147_483_647) {
     throw new TypeError(`${name} must be an integer number of milliseconds, got ${String(value)}`);
   }
   return String(value);

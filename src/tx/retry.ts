@@ -14,16 +14,14 @@ export interface RetryPolicy {
   readonly maxAttempts: number;
   /** Full-jitter backoff between attempts. */
   readonly backoff: Backoff;
-  /** Milliseconds the whole call may take, counted from `startedAt`; no retry starts that would end after it. */
+  /** Milliseconds the whole call may take (p-retry's `maxRetryTime`); no retry starts that would end after it. */
   readonly deadlineMs?: number | undefined;
-  /** `performance.now()` when the call started. */
-  readonly startedAt: number;
-  /** Stops retrying (checked before each wait, and wakes a wait early). */
+  /** Stops retrying (p-retry's `signal`): checked before each attempt, and wakes a wait early. */
   readonly signal?: AbortSignal | undefined;
   /** Random source for the jitter (tests pin it). */
   readonly random?: (() => number) | undefined;
-  /** Called before each wait. */
-  readonly onRetry?: ((attempt: number, failure: TxKitError, delayMs: number) => void) | undefined;
+  /** Called (and awaited) before each wait, with the delay about to be slept. */
+  readonly onRetry?: ((attempt: number, failure: TxKitError, delayMs: number) => unknown) | undefined;
 }
 
 /** Thrown into p-retry to ask for another attempt; carries the failure. */
@@ -35,6 +33,7 @@ class RetryRequest extends Error {
   }
 }
 
+/** Sleeps `ms`, or less when `signal` aborts first; resolves false when aborted. */
 function sleep(ms: number, signal: AbortSignal | undefined): Promise<boolean> {
   return new Promise((resolve) => {
     if (signal?.aborted) {
@@ -54,15 +53,20 @@ function sleep(ms: number, signal: AbortSignal | undefined): Promise<boolean> {
 }
 
 /**
- * Runs `attempt(n)` (n = 1, 2, …) until it is done, with p-retry driving the loop and a full-jitter
- * delay between attempts. Stops with {@link RetriesExhausted} — carrying the history of kinds, codes
- * and delays — when the attempts are used up, when the next wait would cross the deadline, or when
- * the signal aborts. `attempt` decides what is retryable: it returns `{ done: false, failure }` only
- * for failures worth another run.
+ * THE retry engine of pg-txkit (transactions, safeDdl; offered to migrations and reconnects). p-retry
+ * runs the loop — `retries`, `signal`, `maxRetryTime` as the deadline, `shouldRetry` — and the delay
+ * between attempts is computed in one place, {@link fullJitterDelay}, and slept inside `shouldRetry`
+ * (p-retry's own exponential delay is set to zero: its formula has no full jitter).
+ *
+ * `attempt(n)` (n = 1, 2, …) decides what is retryable — normally with {@link isRetryable} — and
+ * returns `{ done: false, failure }` only for failures worth another run. Ends with
+ * {@link RetriesExhausted} (the history of kinds, codes and delays) when the attempts are used up, when
+ * the next wait would cross the deadline, or when the signal aborts. An attempt that finished is never
+ * thrown away because the signal aborted after it.
  *
  * @example
  * const result = await withRetry(async (n) => (n < 3 ? { done: false, failure: new SerializationFailure() } : { done: true, value: n }), {
- *   maxAttempts: 5, backoff: { baseMs: 10, capMs: 1000 }, startedAt: performance.now(),
+ *   maxAttempts: 5, backoff: { baseMs: 10, capMs: 1000 },
  * });
  * // ok(3)
  */
@@ -71,8 +75,11 @@ export async function withRetry<V>(
   policy: RetryPolicy,
 ): Promise<Result<V, RetriesExhausted>> {
   const history: AttemptRecord[] = [];
+  const startedAt = performance.now();
   let why = 'attempts used up';
   let attempts = 0;
+  let finished: { readonly value: V } | undefined;
+  let lastFailure: TxKitError | undefined;
   const record = (n: number, failure: TxKitError, delayMs: number): void => {
     const code = (failure as { code?: unknown }).code;
     history.push({
@@ -82,26 +89,25 @@ export async function withRetry<V>(
       delayMs,
     });
   };
-  // Fast path: the first attempt runs outside p-retry (most transactions never retry, and p-retry's
-  // machinery costs a few microseconds per call); its failure enters the loop below as attempt 1.
-  const first = await attempt(1);
-  if (first.done) return ok(first.value);
-  attempts = 1;
   try {
     const value = await pRetry(
       async (n: number) => {
         attempts = n;
-        if (n === 1) throw new RetryRequest(first.failure);
         const outcome = await attempt(n);
-        if (outcome.done) return outcome.value;
+        if (outcome.done) {
+          finished = { value: outcome.value };
+          return outcome.value;
+        }
+        lastFailure = outcome.failure;
         throw new RetryRequest(outcome.failure);
       },
       {
         retries: policy.maxAttempts - 1,
-        // Delays are computed here (full jitter), not by p-retry's exponential formula.
         minTimeout: 0,
         maxTimeout: 0,
         factor: 1,
+        ...(policy.deadlineMs === undefined ? {} : { maxRetryTime: policy.deadlineMs }),
+        ...(policy.signal === undefined ? {} : { signal: policy.signal }),
         shouldRetry: async ({ error, attemptNumber }) => {
           if (!(error instanceof RetryRequest)) return false;
           const delayMs = fullJitterDelay(attemptNumber, policy.backoff, policy.random);
@@ -111,13 +117,13 @@ export async function withRetry<V>(
           }
           if (
             policy.deadlineMs !== undefined &&
-            performance.now() - policy.startedAt + delayMs >= policy.deadlineMs
+            performance.now() - startedAt + delayMs >= policy.deadlineMs
           ) {
             why = 'deadline reached';
             return false;
           }
           record(attemptNumber, error.failure, delayMs);
-          policy.onRetry?.(attemptNumber, error.failure, delayMs);
+          await policy.onRetry?.(attemptNumber, error.failure, delayMs);
           if (!(await sleep(delayMs, policy.signal))) {
             why = 'aborted';
             return false;
@@ -128,8 +134,17 @@ export async function withRetry<V>(
     );
     return ok(value);
   } catch (error) {
-    if (!(error instanceof RetryRequest)) throw error;
-    if (history.at(-1)?.attempt !== attempts) record(attempts, error.failure, 0);
-    return err(new RetriesExhausted(attempts, history, error.failure, why));
+    // p-retry checks the signal after a successful attempt too: a finished attempt (a COMMIT that
+    // happened) is reported as such, never as aborted.
+    if (finished !== undefined) return ok(finished.value);
+    if (lastFailure === undefined) throw error; // the signal aborted before any attempt, or a defect
+    if (!(error instanceof RetryRequest)) {
+      if (policy.signal?.aborted && error === policy.signal.reason) why = 'aborted';
+      else throw error;
+    } else if (policy.deadlineMs !== undefined && performance.now() - startedAt >= policy.deadlineMs) {
+      why = why === 'attempts used up' ? 'deadline reached' : why;
+    }
+    if (history.at(-1)?.attempt !== attempts) record(attempts, lastFailure, 0);
+    return err(new RetriesExhausted(attempts, history, lastFailure, why));
   }
 }

@@ -1,41 +1,118 @@
 import type pg from 'pg';
 import {
+  CommitOutcomeUnknown,
+  ConnectionLost,
   classify,
   type DatabaseFailure,
   DbError,
   isConnectionError,
-  type TxKitError,
+  looksLikeDatabaseError,
+  TxKitError,
 } from '../errors/index.js';
+import { beginSql } from './begin-sql.js';
+import type { HookRunner } from './hooks.js';
+import type { TransactionStatuses } from './transaction-status.js';
 import type { TxSettings } from './tx-options.js';
+import { TxUsageError } from './tx-usage-error.js';
+import type { AfterCommit } from './types.js';
 
 /** SQLSTATE 25P02 in_failed_sql_transaction: "current transaction is aborted, commands ignored …". */
 const IN_FAILED_TRANSACTION = '25P02';
 
+/** pg's messages for a query it refused to send (the client already knew its connection was dead). */
+const NOT_SENT = [
+  'Client has encountered a connection error and is not queryable',
+  'Client was closed and is not queryable',
+];
+
+/** How one attempt of an outermost transaction ended. */
+export type AttemptEnd =
+  | { readonly type: 'committed'; readonly value: unknown; readonly afterCommit: readonly AfterCommit[] }
+  | { readonly type: 'err'; readonly error: unknown }
+  | { readonly type: 'failure'; readonly failure: TxKitError }
+  | { readonly type: 'defect'; readonly error: unknown };
+
+/** What an attempt needs from its manager. */
+export interface AttemptContext {
+  readonly hooks: HookRunner;
+  readonly statuses: TransactionStatuses;
+  /** An attempt holding its connection this long calls `onSlowTransaction`. */
+  readonly slowMs: number;
+}
+
+/** A scope that may query through an attempt: `within(owner)` says whether it is `owner` or inside it. */
+export interface AttemptScope {
+  within(owner: AttemptScope): boolean;
+  readonly name: string | undefined;
+}
+
+/** The query a scope sends: pg's text + values, or a config object. */
+type QueryArgs = readonly [text: string | pg.QueryConfig, values?: readonly unknown[] | undefined];
+
 /**
- * The state of ONE attempt of an outermost transaction: its pinned client, whether it is doomed (it
- * must not commit), the last database failure seen, and whether its connection broke. Shared by
- * every scope (`required` joins, `nested` savepoints) of that attempt. Internal to the manager.
+ * Did COMMIT certainly NOT reach the server? True when pg refused to send it (the client already knew
+ * the connection was dead), or when the socket write itself failed (`syscall: 'write'`: the kernel
+ * refused the bytes because the peer had already reset the connection). A failure while READING the
+ * answer is different: COMMIT may have been executed.
+ */
+function commitNotDelivered(error: unknown): boolean {
+  if (!(error instanceof Error)) return false;
+  if (NOT_SENT.some((m) => error.message.includes(m))) return true;
+  return (error as { syscall?: unknown }).syscall === 'write';
+}
+
+/**
+ * ONE attempt of an outermost transaction, and everything it owns: its pinned client (checked out for
+ * the whole attempt, released exactly once, destroyed when it cannot be trusted), its timings, its
+ * hooks, and its lifecycle — {@link TxAttempt.begin}, {@link TxAttempt.query},
+ * {@link TxAttempt.commit}, {@link TxAttempt.rollback}, {@link TxAttempt.release}. Shared by every scope
+ * (`required` joins, `nested` savepoints) of the attempt. Internal to the manager.
+ *
+ * What it guarantees:
+ * - one query at a time on the client (pg must never queue a second query on a busy client);
+ * - only errors pg raised for THIS attempt's queries are database failures ({@link TxAttempt.failureOf});
+ * - a transaction ended by a COMMIT/ROLLBACK sent through `tx.query`, or a scope querying while a
+ *   sibling's savepoint is open, is refused with {@link TxUsageError} and the attempt cannot commit;
+ * - the client goes back to the pool only idle and healthy; on every other path it is destroyed.
+ *
+ * @example
+ * const attempt = new TxAttempt(client, 1, settings, context);
+ * const failed = await attempt.begin();
  */
 export class TxAttempt {
-  /** The one client this attempt runs on, checked out for the whole attempt. */
+  /** The one client this attempt runs on. */
   readonly client: pg.PoolClient;
   /** 1-based attempt number. */
   readonly number: number;
   /** Options of the outermost `do()`. */
   readonly settings: TxSettings;
+  readonly #context: AttemptContext;
   readonly #retryOn: ReadonlySet<string>;
+  /** Errors pg raised for this attempt's queries (the only ones classified as database failures). */
+  readonly #driverErrors = new WeakSet<object>();
+  readonly #onError = (error: unknown): void => this.markBroken(error);
+  #begunAt = 0;
   #doom: TxKitError | undefined;
+  #misuse: TxUsageError | undefined;
   #lastFailure: DatabaseFailure | undefined;
   #connectionError: unknown;
   #broken = false;
   #closed = false;
+  #released = false;
   #savepoints = 0;
+  /** Scopes whose SAVEPOINT is open, innermost last. */
+  readonly #open: AttemptScope[] = [];
+  /** The last query sent (settled or not): the next one waits for it. */
+  #tail: Promise<unknown> | undefined;
 
-  constructor(client: pg.PoolClient, number: number, settings: TxSettings) {
+  constructor(client: pg.PoolClient, number: number, settings: TxSettings, context: AttemptContext) {
     this.client = client;
     this.number = number;
     this.settings = settings;
+    this.#context = context;
     this.#retryOn = new Set(settings.retryOn);
+    // A checked-out client has no pool listener: without ours, a dropped connection would crash the process.
+    client.on('error', this.#onError);
   }
 
   /** Set when something happened that forbids COMMIT; the outermost scope rolls back with this error. */
@@ -48,19 +125,19 @@ export class TxAttempt {
     this.#doom ??= failure;
   }
 
+  /** A misuse of the transaction (a defect): the attempt rolls back and `do()` rejects with it. */
+  get misuse(): TxUsageError | undefined {
+    return this.#misuse;
+  }
+
   /** Is this kind retried by the outermost scope? */
   retries(kind: string): boolean {
     return this.#retryOn.has(kind);
   }
 
-  /** The connection broke (socket error, terminated backend). */
+  /** The connection broke (socket error, terminated backend, client-side query timeout). */
   get broken(): boolean {
     return this.#broken;
-  }
-
-  /** The error that broke the connection, if any. */
-  get connectionError(): unknown {
-    return this.#connectionError;
   }
 
   /** Records that the connection is gone (from the client's 'error' event or a failed query). */
@@ -68,6 +145,7 @@ export class TxAttempt {
     if (!this.#broken) {
       this.#broken = true;
       this.#connectionError = error;
+      if (typeof error === 'object' && error !== null) this.#driverErrors.add(error);
     }
   }
 
@@ -76,14 +154,15 @@ export class TxAttempt {
     return this.#closed;
   }
 
-  close(): void {
-    this.#closed = true;
-  }
-
   /** A fresh savepoint name, unique within the attempt (generated, never from input). */
   nextSavepointName(): string {
     this.#savepoints += 1;
     return `pg_txkit_sp_${this.#savepoints}`;
+  }
+
+  /** Is the server's transaction aborted (a failed statement whose error the callback swallowed)? */
+  get aborted(): boolean {
+    return this.#context.statuses.of(this.client) === 'E';
   }
 
   /** What to report when the server says the transaction is aborted ('E'): the error that aborted it. */
@@ -95,19 +174,291 @@ export class TxAttempt {
   }
 
   /**
-   * Called with every error a query of this attempt threw. Records it, marks a broken connection,
-   * dooms the attempt on a serialization failure or a lost connection (no savepoint can make those
-   * safe to commit), and returns the error the caller should see: the ORIGINAL failure instead of
-   * PostgreSQL's "current transaction is aborted" (25P02) that follows it.
+   * The database failure `error` stands for, when it is one: an error pg raised for this attempt's
+   * queries, pg-txkit's own database error, or (structurally) pg's DatabaseError. Anything else a
+   * callback throws — an HTTP client's ECONNRESET, a message that merely mentions a timeout, a plain
+   * object with a SQLSTATE-like `code` — is not, and `undefined` comes back.
    */
-  noteQueryError(error: unknown): unknown {
+  failureOf(error: unknown): DatabaseFailure | undefined {
+    if (error instanceof TxKitError) return classify(error);
+    if (typeof error !== 'object' || error === null) return undefined;
+    if (this.#driverErrors.has(error) || looksLikeDatabaseError(error)) return classify(error);
+    return undefined;
+  }
+
+  /** The failure that ended a broken connection (the server's reason when it gave one). */
+  brokenFailure(): DatabaseFailure {
+    const failure = classify(this.#connectionError);
+    if (failure !== undefined && failure.kind !== 'DbError') return failure;
+    return new ConnectionLost(undefined, this.#connectionError);
+  }
+
+  // --- lifecycle ---------------------------------------------------------------------------------
+
+  /** BEGIN and every SET LOCAL in one round trip. Returns how the attempt ended if BEGIN failed. */
+  async begin(): Promise<AttemptEnd | undefined> {
+    this.#begunAt = performance.now();
+    try {
+      await this.#send([beginSql(this.settings)]);
+      return undefined;
+    } catch (error) {
+      const failure = this.failureOf(error);
+      return failure === undefined ? { type: 'defect', error } : { type: 'failure', failure };
+    }
+  }
+
+  /**
+   * A query of a scope (`tx.query`): refused once the attempt is closed, doomed or misused, or when a
+   * `nested` scope's savepoint is open that `scope` is not inside of; serialized with every other
+   * query of the attempt; followed by a check that it did not end the transaction.
+   */
+  query<R extends pg.QueryResultRow>(scope: AttemptScope, args: QueryArgs): Promise<pg.QueryResult<R>> {
+    if (this.#closed) {
+      return Promise.reject(
+        new TxUsageError(
+          'transaction-closed',
+          `the transaction${scope.name ? ` "${scope.name}"` : ''} has ended; a Tx must not be used after its callback returned`,
+        ),
+      );
+    }
+    if (this.#misuse) return Promise.reject(this.#misuse);
+    if (this.#doom) return Promise.reject(this.#doom);
+    const innermost = this.#open.at(-1);
+    if (innermost !== undefined && !scope.within(innermost)) {
+      return Promise.reject(
+        this.#misused(
+          new TxUsageError(
+            'concurrent-scope',
+            'a query of one scope was sent while a concurrent nested scope of the same transaction had its ' +
+              'SAVEPOINT open: it would have run inside that savepoint (and been rolled back with it). ' +
+              'Await each scope of a transaction before starting the next one.',
+          ),
+        ),
+      );
+    }
+    return this.#send<R>(args, true);
+  }
+
+  /** Sends a statement of the manager itself (SAVEPOINT, RELEASE …), in order with the scopes' queries. */
+  internal(text: string): Promise<unknown> {
+    return this.#send([text]);
+  }
+
+  /** A `nested` scope's SAVEPOINT is open: until {@link TxAttempt.closeSavepoint}, only it may query. */
+  openSavepoint(owner: AttemptScope): void {
+    this.#open.push(owner);
+  }
+
+  closeSavepoint(owner: AttemptScope): void {
+    const at = this.#open.lastIndexOf(owner);
+    if (at !== -1) this.#open.splice(at, 1);
+  }
+
+  /** COMMIT (unless the attempt may not), release, hooks. Decides what a failed COMMIT means. */
+  async commit(value: unknown, afterCommit: readonly AfterCommit[]): Promise<AttemptEnd> {
+    this.#closed = true;
+    let failure: TxKitError | undefined;
+    if (this.#broken) {
+      // The connection died before COMMIT was sent: the server rolled back; safe to retry.
+      failure = this.brokenFailure();
+    } else {
+      try {
+        // COMMIT: releases every lock of the transaction. SSI may still refuse it here with 40001.
+        const result = (await this.#send(['COMMIT'])) as pg.QueryResult;
+        // COMMIT of a transaction that had failed answers "ROLLBACK" without an error.
+        if (result.command === 'ROLLBACK') failure = this.abortedFailure();
+      } catch (error) {
+        if (commitNotDelivered(error)) {
+          this.markBroken(error);
+          failure = new ConnectionLost(undefined, error);
+        } else {
+          const classified = this.failureOf(error);
+          if (classified === undefined || classified.kind === 'ConnectionLost' || isConnectionError(error)) {
+            // COMMIT was sent and the connection broke before the answer: it may or may not have committed.
+            this.markBroken(error);
+            failure = new CommitOutcomeUnknown(error);
+          } else {
+            failure = classified;
+          }
+        }
+      }
+    }
+    if (failure !== undefined) return this.rollback({ type: 'failure', failure });
+    const durationMs = this.#held();
+    this.release();
+    this.#context.hooks.commit({ name: this.settings.name, attempt: this.number, durationMs });
+    this.#reportSlow(durationMs);
+    return { type: 'committed', value, afterCommit };
+  }
+
+  /**
+   * ROLLBACK unless the connection is gone or the transaction already ended, then release and report.
+   * A failed ROLLBACK never hides the original error: it is attached as the original's `cause` (when
+   * it has none) and given to `onRollback` as `rollbackError`; the client is then destroyed.
+   */
+  async rollback(end: AttemptEnd): Promise<AttemptEnd> {
+    this.#closed = true;
+    let rollbackError: unknown;
+    if (!this.#broken && this.#context.statuses.of(this.client) !== 'I') {
+      try {
+        // ROLLBACK: undoes everything and releases every lock of the transaction.
+        await this.#send(['ROLLBACK']);
+      } catch (error) {
+        this.markBroken(error);
+        rollbackError = error;
+      }
+    }
+    const durationMs = this.#held();
+    this.release();
+    const error = end.type === 'failure' ? end.failure : end.type === 'committed' ? undefined : end.error;
+    if (rollbackError !== undefined) attachCause(error, rollbackError);
+    this.#context.hooks.rollback({
+      name: this.settings.name,
+      attempt: this.number,
+      durationMs,
+      error,
+      ...(rollbackError === undefined ? {} : { rollbackError }),
+    });
+    this.#reportSlow(durationMs);
+    return end;
+  }
+
+  /**
+   * Returns the client, exactly once: to the pool when it is healthy and idle, else destroyed (a broken
+   * connection, a transaction still open, a query still queued). Safe to call on every path.
+   */
+  release(): void {
+    this.#closed = true;
+    if (this.#released) return;
+    this.#released = true;
+    const client = this.client;
+    let reason: Error | undefined;
+    if (this.#broken) {
+      reason =
+        this.#connectionError instanceof Error
+          ? this.#connectionError
+          : new Error('pg-txkit: connection lost during the transaction');
+    } else if (this.#context.statuses.of(client) !== 'I') {
+      reason = new Error(
+        'pg-txkit: client left inside a transaction; destroyed instead of returned to the pool',
+      );
+    }
+    if (reason !== undefined) {
+      // Keep our 'error' listener on a client being destroyed: a late socket error must not crash the process.
+      client.release(reason);
+      return;
+    }
+    client.removeListener('error', this.#onError);
+    client.release();
+  }
+
+  // --- internals ---------------------------------------------------------------------------------
+
+  /** Records a misuse (first wins) and returns the one to throw. */
+  #misused(error: TxUsageError): TxUsageError {
+    this.#misuse ??= error;
+    return this.#misuse;
+  }
+
+  /**
+   * Sends one query once every earlier one has settled (never two at once on the client), marks what
+   * pg rejects it with as this attempt's driver error, and — for a scope's query — checks that it did
+   * not end the transaction.
+   */
+  #send<R extends pg.QueryResultRow>(args: QueryArgs, fromScope = false): Promise<pg.QueryResult<R>> {
+    const run = async (): Promise<pg.QueryResult<R>> => {
+      const [text, values] = args;
+      try {
+        const result =
+          typeof text === 'string'
+            ? await this.client.query<R>(text, values as unknown[] | undefined)
+            : await this.client.query<R>(text);
+        if (fromScope) this.#checkStillInTransaction();
+        return result;
+      } catch (error) {
+        const shown = this.#noteQueryError(error);
+        if (fromScope) this.#checkStillInTransaction();
+        throw shown;
+      }
+    };
+    const previous = this.#tail;
+    const pending = previous === undefined ? run() : previous.then(run, run);
+    const settled = pending.then(
+      () => undefined,
+      () => undefined,
+    );
+    this.#tail = settled;
+    void settled.then(() => {
+      if (this.#tail === settled) this.#tail = undefined;
+    });
+    return pending;
+  }
+
+  /** A statement a scope sent left the server outside any transaction: COMMIT/ROLLBACK through tx.query. */
+  #checkStillInTransaction(): void {
+    if (this.#broken || this.#closed) return;
+    if (this.#context.statuses.of(this.client) !== 'I') return;
+    throw this.#misused(
+      new TxUsageError(
+        'transaction-control',
+        'a statement sent through tx.query ended the transaction (COMMIT, ROLLBACK, END, ABORT or PREPARE ' +
+          'TRANSACTION): the manager owns BEGIN/COMMIT/ROLLBACK. Return a value to commit, return err(…) or ' +
+          "throw to roll back; use propagation 'nested' for a savepoint.",
+      ),
+    );
+  }
+
+  /**
+   * Called with every error a query of this attempt threw. Records it as a driver error, marks a broken
+   * connection, dooms the attempt on a serialization failure or a lost connection (no savepoint can make
+   * those safe to commit), and returns the error the caller should see: the ORIGINAL failure instead of
+   * PostgreSQL's "current transaction is aborted" (25P02) that follows it, and the server's reason
+   * (25P03 …) instead of pg's "not queryable" when the connection had already been ended.
+   */
+  #noteQueryError(error: unknown): unknown {
+    if (typeof error === 'object' && error !== null) this.#driverErrors.add(error);
     const failure = classify(error);
     if (failure === undefined) return error;
-    if (failure.kind === 'ConnectionLost' || isConnectionError(error)) this.markBroken(error);
+    if (this.#broken && NOT_SENT.some((m) => (error as { message?: unknown }).message === m)) {
+      const reason = this.brokenFailure();
+      this.doomWith(reason);
+      return reason;
+    }
+    if (failure.kind === 'ConnectionLost' || failure.kind === 'QueryTimeout' || isConnectionError(error)) {
+      // A query_timeout leaves the statement running on the server: the client must never be reused.
+      this.markBroken(error);
+    }
     const code = (error as { code?: unknown }).code;
     if (code === IN_FAILED_TRANSACTION && this.#lastFailure !== undefined) return this.#lastFailure;
     this.#lastFailure = failure;
-    if (failure.kind === 'SerializationFailure' || failure.kind === 'ConnectionLost') this.doomWith(failure);
+    if (
+      failure.kind === 'SerializationFailure' ||
+      failure.kind === 'ConnectionLost' ||
+      failure.kind === 'QueryTimeout' ||
+      failure.kind === 'IdleInTransactionTimeout'
+    ) {
+      this.doomWith(failure);
+    }
     return error;
   }
+
+  #held(): number {
+    return performance.now() - this.#begunAt;
+  }
+
+  #reportSlow(durationMs: number): void {
+    if (durationMs >= this.#context.slowMs) {
+      this.#context.hooks.slow({ name: this.settings.name, attempt: this.number, durationMs });
+    }
+  }
+}
+
+/**
+ * A failed ROLLBACK never replaces the original error: it is attached as the original's `cause` when
+ * that has none (and always given to `onRollback` as `rollbackError`).
+ */
+function attachCause(error: unknown, rollbackError: unknown): void {
+  if (typeof error !== 'object' || error === null || 'cause' in error) return;
+  if (!Object.isExtensible(error)) return;
+  Object.defineProperty(error, 'cause', { value: rollbackError, configurable: true, writable: true });
 }

@@ -1,6 +1,6 @@
 import type pg from 'pg';
 import { Mutex } from './mutex.js';
-import type { TxAttempt } from './tx-attempt.js';
+import type { AttemptScope, TxAttempt } from './tx-attempt.js';
 import { TxUsageError } from './tx-usage-error.js';
 import { type AfterCommit, type AfterRollback, type Isolation, TX, type Tx } from './types.js';
 
@@ -15,7 +15,7 @@ import { type AfterCommit, type AfterRollback, type Isolation, TX, type Tx } fro
  *   tx.afterCommit(() => console.log('committed', rows[0]?.n));
  * });
  */
-export class TxHandle implements Tx {
+export class TxHandle implements Tx, AttemptScope {
   readonly [TX] = true as const;
   readonly attempt: number;
   readonly isolation: Isolation;
@@ -23,12 +23,14 @@ export class TxHandle implements Tx {
   readonly name: string | undefined;
   readonly depth: number;
   readonly #state: TxAttempt;
+  readonly #parent: TxHandle | undefined;
   readonly #afterCommit: AfterCommit[] = [];
   readonly #afterRollback: AfterRollback[] = [];
   readonly #children = new Mutex();
 
-  constructor(state: TxAttempt, depth: number, name: string | undefined) {
+  constructor(state: TxAttempt, depth: number, name: string | undefined, parent?: TxHandle) {
     this.#state = state;
+    this.#parent = parent;
     this.attempt = state.number;
     this.isolation = state.settings.isolation;
     this.readOnly = state.settings.readOnly;
@@ -57,24 +59,15 @@ export class TxHandle implements Tx {
     textOrConfig: string | pg.QueryConfig,
     values?: readonly unknown[],
   ): Promise<pg.QueryResult<R>> {
-    const state = this.#state;
-    if (state.closed) {
-      return Promise.reject(
-        new TxUsageError(
-          'transaction-closed',
-          `the transaction${this.name ? ` "${this.name}"` : ''} has ended; a Tx must not be used after its callback returned`,
-        ),
-      );
+    return this.#state.query<R>(this, [textOrConfig, values]);
+  }
+
+  /** @internal Is this scope `owner` itself, or a scope opened inside it? */
+  within(owner: AttemptScope): boolean {
+    for (let scope: TxHandle | undefined = this; scope !== undefined; scope = scope.#parent) {
+      if (scope === owner) return true;
     }
-    if (state.doom) return Promise.reject(state.doom);
-    const client = state.client;
-    const pending =
-      typeof textOrConfig === 'string'
-        ? client.query<R>(textOrConfig, values as unknown[] | undefined)
-        : client.query<R>(textOrConfig);
-    return pending.catch((error: unknown) => {
-      throw state.noteQueryError(error);
-    });
+    return false;
   }
 
   afterCommit(fn: AfterCommit): void {
@@ -89,7 +82,7 @@ export class TxHandle implements Tx {
 
   /** @internal A scope for a savepoint under this one. */
   child(name: string | undefined): TxHandle {
-    return new TxHandle(this.#state, this.depth + 1, name ?? this.name);
+    return new TxHandle(this.#state, this.depth + 1, name ?? this.name, this);
   }
 
   /** @internal Runs `fn` exclusively among this scope's nested children (savepoints never interleave). */

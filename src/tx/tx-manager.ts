@@ -2,25 +2,23 @@ import { AsyncLocalStorage } from 'node:async_hooks';
 import { type Err, err, type Ok, ok, type Result, ResultAsync } from 'neverthrow';
 import type pg from 'pg';
 import {
-  CommitOutcomeUnknown,
   ConnectionLost,
-  classify,
   type DatabaseFailure,
   InvalidOptions,
-  isConnectionError,
   NotInTransaction,
   type TxError,
   TxKitError,
 } from '../errors/index.js';
 import { acquireClient } from './acquire-client.js';
-import { beginSql } from './begin-sql.js';
 import { guardClientErrors } from './guard-client-errors.js';
 import { HookRunner } from './hooks.js';
 import { isPool } from './is-pool.js';
 import { isResult } from './is-result.js';
 import { planScope } from './propagation.js';
 import { withRetry } from './retry.js';
-import { TxAttempt } from './tx-attempt.js';
+import { isRetryable } from './retryable.js';
+import { TransactionStatuses } from './transaction-status.js';
+import { type AttemptContext, type AttemptEnd, TxAttempt } from './tx-attempt.js';
 import { TxHandle } from './tx-handle.js';
 import {
   type ConstraintErrors,
@@ -33,8 +31,12 @@ import { parseTxOptions, type TxOptions, type TxSettings, toOptionIssues } from 
 import { TxUsageError } from './tx-usage-error.js';
 import type { AfterCommit, AfterRollback, Queryable, Tx } from './types.js';
 
-/** The success type of a callback's return: `T` for a plain `T`, or the `Ok` type of a `Result`. */
-export type OkOf<R> = R extends Ok<infer T, unknown> ? T : R extends Err<infer T, unknown> ? T : R;
+/**
+ * The success type of a callback's return: `T` for a plain `T`, the `Ok` type of a `Result`, and
+ * nothing for an `Err` branch (an early `return r` of an `Err` never commits, so its success type
+ * cannot be what `do()` resolves with).
+ */
+export type OkOf<R> = R extends Err<unknown, unknown> ? never : R extends Ok<infer T, unknown> ? T : R;
 /** The error type of a callback's return: the `Err` type of a `Result`, `never` for a plain value. */
 export type ErrOf<R> = R extends Ok<unknown, infer E> ? E : R extends Err<unknown, infer E> ? E : never;
 
@@ -68,30 +70,6 @@ type ScopeOutcome =
   | { readonly type: 'err'; readonly error: unknown }
   | { readonly type: 'failure'; readonly failure: DatabaseFailure }
   | { readonly type: 'defect'; readonly error: unknown };
-
-/** How one attempt of an outermost transaction ended. */
-type AttemptEnd =
-  | { readonly type: 'committed'; readonly value: unknown; readonly afterCommit: readonly AfterCommit[] }
-  | { readonly type: 'err'; readonly error: unknown }
-  | { readonly type: 'failure'; readonly failure: TxKitError }
-  | { readonly type: 'defect'; readonly error: unknown };
-
-const NOT_SENT = [
-  'Client has encountered a connection error and is not queryable',
-  'Client was closed and is not queryable',
-];
-
-/**
- * Did COMMIT certainly NOT reach the server? True when pg refused to send it (the client already knew
- * the connection was dead), or when the socket write itself failed (`syscall: 'write'`: the kernel
- * refused the bytes because the peer had already reset the connection). A failure while READING the
- * answer is different: COMMIT may have been executed.
- */
-function commitNotDelivered(error: unknown): boolean {
-  if (!(error instanceof Error)) return false;
-  if (NOT_SENT.some((m) => error.message.includes(m))) return true;
-  return (error as { syscall?: unknown }).syscall === 'write';
-}
 
 /**
  * Runs callbacks in PostgreSQL transactions: one pinned client per transaction, BEGIN and every
@@ -130,7 +108,8 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
   readonly #defaultSettings: TxSettings | undefined;
   readonly #hooks: HookRunner;
   readonly #constraints: ConstraintMap;
-  readonly #slowMs: number;
+  /** What every attempt of this manager shares (hooks, the status reader, the slow threshold). */
+  readonly #attemptContext: AttemptContext;
   /** Domain errors built by the constraint map: thrown by an inner doOrThrow, they are still values. */
   readonly #mapped = new WeakSet<object>();
 
@@ -157,7 +136,11 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
     this.#defaultSettings = defaults.value.signal === undefined ? defaults.value : undefined;
     this.#hooks = new HookRunner(options.hooks ?? {});
     this.#constraints = options.constraints ?? {};
-    this.#slowMs = parsed.data.slowTransactionMs;
+    this.#attemptContext = {
+      hooks: this.#hooks,
+      statuses: new TransactionStatuses(pool),
+      slowMs: parsed.data.slowTransactionMs,
+    };
     // An idle client's connection error (re-emitted on the pool), or one racing pool.connect(), must
     // not crash the process, and is reported (see guard-client-errors.ts).
     const hooks = this.#hooks;
@@ -302,7 +285,9 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
       }
       return { type: 'value', value: returned };
     } catch (error) {
-      const failure = classify(error);
+      // Only what pg raised for this transaction (or pg-txkit's own database errors) is a database
+      // failure; anything else the callback throws is the user's and goes back unchanged.
+      const failure = handle.state.failureOf(error);
       if (failure !== undefined) return { type: 'failure', failure };
       // pg-txkit's own expected errors, and the constraint map's domain errors, thrown by an inner
       // doOrThrow or a pattern, are values too.
@@ -350,29 +335,33 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
   ): Promise<Result<unknown, unknown>> {
     return parent.exclusive(async () => {
       const state = parent.state;
+      if (state.misuse) throw state.misuse;
       if (state.doom) return err(state.doom);
-      const client = state.client;
-      const savepoint = client.escapeIdentifier(state.nextSavepointName());
+      const savepoint = state.client.escapeIdentifier(state.nextSavepointName());
       const child = parent.child(settings.name);
+      // From here until RELEASE / ROLLBACK TO is queued, only this scope (and scopes inside it) may query.
+      state.openSavepoint(child);
       try {
         // SAVEPOINT: no lock; marks a point to roll back to without ending the transaction.
-        await client.query(`SAVEPOINT ${savepoint}`);
+        await state.internal(`SAVEPOINT ${savepoint}`);
       } catch (error) {
-        const shown = state.noteQueryError(error);
-        const failure = classify(shown);
-        if (failure === undefined) throw shown;
+        state.closeSavepoint(child);
+        const failure = state.failureOf(error);
+        if (failure === undefined) throw error;
         state.doomWith(failure);
         return err(failure);
       }
       const outcome = await this.#invoke(child, fn);
-      if (outcome.type === 'value' && !state.doom && client.getTransactionStatus() !== 'E') {
+      if (outcome.type === 'value' && !state.doom && !state.misuse && !state.aborted) {
+        // RELEASE SAVEPOINT: keeps the scope's work (and its locks) in the enclosing transaction.
+        const released = state.internal(`RELEASE SAVEPOINT ${savepoint}`);
+        state.closeSavepoint(child);
         try {
-          // RELEASE SAVEPOINT: keeps the scope's work (and its locks) in the enclosing transaction.
-          await client.query(`RELEASE SAVEPOINT ${savepoint}`);
+          await released;
           parent.adopt(child);
           return ok(outcome.value);
         } catch (error) {
-          const failure = classify(state.noteQueryError(error));
+          const failure = state.failureOf(error);
           if (failure === undefined) throw error;
           state.doomWith(failure);
           return err(failure);
@@ -381,21 +370,25 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
       // Roll back the scope's work only; the enclosing transaction goes on.
       let cause: unknown =
         outcome.type === 'value'
-          ? (state.doom ?? state.abortedFailure())
+          ? (state.misuse ?? state.doom ?? state.abortedFailure())
           : outcome.type === 'failure'
             ? outcome.failure
             : outcome.error;
       if (!state.broken) {
+        // ROLLBACK TO SAVEPOINT: undoes the scope's changes and releases locks taken since the savepoint.
+        const undone = state.internal(`ROLLBACK TO SAVEPOINT ${savepoint}; RELEASE SAVEPOINT ${savepoint}`);
+        state.closeSavepoint(child);
         try {
-          // ROLLBACK TO SAVEPOINT: undoes the scope's changes and releases locks taken since the savepoint.
-          await client.query(`ROLLBACK TO SAVEPOINT ${savepoint}; RELEASE SAVEPOINT ${savepoint}`);
+          await undone;
         } catch (error) {
-          const failure = classify(state.noteQueryError(error));
-          state.doomWith(failure ?? new ConnectionLost(undefined, error));
+          state.doomWith(state.failureOf(error) ?? new ConnectionLost(undefined, error));
         }
+      } else {
+        state.closeSavepoint(child);
       }
-      if (state.broken) state.doomWith(new ConnectionLost(undefined, state.connectionError));
+      if (state.broken) state.doomWith(state.brokenFailure());
       await this.#runAfterRollback(child.callbacks().afterRollback, cause, child.name);
+      if (state.misuse) throw state.misuse;
       if (outcome.type === 'defect') throw outcome.error;
       if (outcome.type === 'err') return err(outcome.error);
       const failure = outcome.type === 'failure' ? outcome.failure : (cause as TxKitError);
@@ -405,7 +398,7 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
     });
   }
 
-  /** An outermost transaction: the retry loop around {@link TxManager.#attempt}. */
+  /** An outermost transaction: the retry engine around {@link TxManager.#attempt}. */
   async #outermost(
     fn: TxCallback<unknown>,
     settings: TxSettings,
@@ -417,11 +410,7 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
     const retried = await withRetry<AttemptEnd>(
       async (n) => {
         const end = await this.#attempt(fn, settings, n, independent, startedAt);
-        if (
-          end.type === 'failure' &&
-          end.failure.kind !== 'CommitOutcomeUnknown' &&
-          settings.retryOn.includes(end.failure.kind as never)
-        ) {
+        if (end.type === 'failure' && isRetryable(end.failure, settings.retryOn)) {
           return { done: false, failure: end.failure };
         }
         return { done: true, value: end };
@@ -430,7 +419,6 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
         maxAttempts: settings.maxAttempts,
         backoff: settings.backoff,
         deadlineMs: settings.deadline,
-        startedAt,
         signal,
         onRetry: (attempt, error, delayMs) =>
           this.#hooks.retry({ name: settings.name, attempt, error, delayMs }),
@@ -451,11 +439,11 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
     }
   }
 
-  /** One attempt: check out a client, BEGIN, run the callback, COMMIT or ROLLBACK, release. */
+  /** One attempt: check out a client, BEGIN, run the callback, COMMIT or ROLLBACK; the client is always released. */
   async #attempt(
     fn: TxCallback<unknown>,
     settings: TxSettings,
-    attempt: number,
+    number: number,
     independent: boolean,
     startedAt: number,
   ): Promise<AttemptEnd> {
@@ -467,149 +455,53 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
     const acquired = await acquireClient(this.pool, this.#connect, { timeoutMs, failFast: independent });
     if (acquired.isErr()) return { type: 'failure', failure: acquired.error };
     const client = acquired.value;
-    const state = new TxAttempt(client, attempt, settings);
-    // A checked-out client has no pool listener: without ours, a dropped connection would crash the process.
-    const onError = (error: unknown): void => state.markBroken(error);
-    client.on('error', onError);
-    const begunAt = performance.now();
-    const handle = new TxHandle(state, 0, settings.name);
-    let end: AttemptEnd;
-    let rollbackError: unknown;
+    let attempt: TxAttempt;
     try {
-      await client.query(beginSql(settings));
+      this.#attemptContext.statuses.watch(client);
+      attempt = new TxAttempt(client, number, settings, this.#attemptContext);
     } catch (error) {
-      const failure = classify(state.noteQueryError(error));
-      end = failure === undefined ? { type: 'defect', error } : { type: 'failure', failure };
-      rollbackError = await this.#rollback(state);
-      return this.#finishRollback(state, handle, onError, begunAt, end, rollbackError);
+      client.release(error instanceof Error ? error : new Error(String(error)));
+      throw error;
     }
+    try {
+      const handle = new TxHandle(attempt, 0, settings.name);
+      const failedBegin = await attempt.begin();
+      const end = failedBegin ?? (await this.#runScope(attempt, handle, fn));
+      if (end.type !== 'committed') {
+        await this.#runAfterRollback(
+          handle.callbacks().afterRollback,
+          end.type === 'failure' ? end.failure : end.error,
+          settings.name,
+        );
+      }
+      return end;
+    } finally {
+      // Every path, a defect of ours included, gives the client back exactly once (destroyed unless idle).
+      attempt.release();
+    }
+  }
 
+  /** Runs the outermost scope's callback and ends the attempt: COMMIT when it may, else ROLLBACK. */
+  async #runScope(attempt: TxAttempt, handle: TxHandle, fn: TxCallback<unknown>): Promise<AttemptEnd> {
     const outcome = await this.#invoke(handle, fn);
-    if (outcome.type === 'value') {
-      const blocked =
-        state.doom ?? (client.getTransactionStatus() === 'E' ? state.abortedFailure() : undefined);
-      if (blocked === undefined) return this.#commit(state, handle, onError, begunAt, outcome.value);
+    let end: AttemptEnd;
+    if (attempt.misuse) {
+      // The transaction was misused (ended through tx.query, a concurrent scope): a defect, never Ok.
+      end = { type: 'defect', error: attempt.misuse };
+    } else if (outcome.type === 'value') {
+      const blocked = attempt.doom ?? (attempt.aborted ? attempt.abortedFailure() : undefined);
+      if (blocked === undefined) return attempt.commit(outcome.value, handle.callbacks().afterCommit);
       end = { type: 'failure', failure: blocked };
     } else if (outcome.type === 'failure') {
       // A doom (e.g. a serialization failure an inner scope swallowed) wins over what fn threw after it.
-      end = { type: 'failure', failure: state.doom ?? outcome.failure };
+      end = { type: 'failure', failure: attempt.doom ?? outcome.failure };
     } else if (outcome.type === 'err') {
-      end = state.doom && state.retries(state.doom.kind) ? { type: 'failure', failure: state.doom } : outcome;
+      const doom = attempt.doom;
+      end = doom && attempt.retries(doom.kind) ? { type: 'failure', failure: doom } : outcome;
     } else {
       end = outcome;
     }
-    rollbackError = await this.#rollback(state);
-    return this.#finishRollback(state, handle, onError, begunAt, end, rollbackError);
-  }
-
-  /** Sends COMMIT and decides what its failure means. */
-  async #commit(
-    state: TxAttempt,
-    handle: TxHandle,
-    onError: (error: unknown) => void,
-    begunAt: number,
-    value: unknown,
-  ): Promise<AttemptEnd> {
-    state.close();
-    const client = state.client;
-    let failure: TxKitError | undefined;
-    if (state.broken) {
-      // The connection died before COMMIT was sent: the server rolled back; safe to retry.
-      failure = new ConnectionLost(undefined, state.connectionError);
-    } else {
-      try {
-        // COMMIT: releases every lock of the transaction. SSI may still refuse it here with 40001.
-        const result = await client.query('COMMIT');
-        // COMMIT of a transaction that had failed answers "ROLLBACK" without an error.
-        if (result.command === 'ROLLBACK') failure = state.abortedFailure();
-      } catch (error) {
-        if (commitNotDelivered(error)) {
-          state.markBroken(error);
-          failure = new ConnectionLost(undefined, error);
-        } else {
-          const classified = classify(error);
-          if (classified === undefined || classified.kind === 'ConnectionLost' || isConnectionError(error)) {
-            // COMMIT was sent and the connection broke before the answer: it may or may not have committed.
-            state.markBroken(error);
-            failure = new CommitOutcomeUnknown(error);
-          } else {
-            failure = classified;
-          }
-        }
-      }
-    }
-    if (failure !== undefined) {
-      return this.#finishRollback(state, handle, onError, begunAt, { type: 'failure', failure }, undefined);
-    }
-    const durationMs = performance.now() - begunAt;
-    this.#release(state, onError);
-    this.#hooks.commit({ name: state.settings.name, attempt: state.number, durationMs });
-    this.#reportSlow(state, durationMs);
-    return { type: 'committed', value, afterCommit: handle.callbacks().afterCommit };
-  }
-
-  /** ROLLBACK unless the connection is gone; returns the ROLLBACK's own error, if it failed. */
-  async #rollback(state: TxAttempt): Promise<unknown> {
-    state.close();
-    const status = state.client.getTransactionStatus();
-    if (state.broken || status === 'I') return undefined;
-    try {
-      // ROLLBACK: undoes everything and releases every lock of the transaction.
-      await state.client.query('ROLLBACK');
-      return undefined;
-    } catch (error) {
-      state.markBroken(error);
-      return error;
-    }
-  }
-
-  async #finishRollback(
-    state: TxAttempt,
-    handle: TxHandle,
-    onError: (error: unknown) => void,
-    begunAt: number,
-    end: AttemptEnd,
-    rollbackError: unknown,
-  ): Promise<AttemptEnd> {
-    const durationMs = performance.now() - begunAt;
-    this.#release(state, onError);
-    const error = end.type === 'failure' ? end.failure : end.type === 'committed' ? undefined : end.error;
-    if (rollbackError !== undefined) attachCause(error, rollbackError);
-    this.#hooks.rollback({
-      name: state.settings.name,
-      attempt: state.number,
-      durationMs,
-      error,
-      ...(rollbackError === undefined ? {} : { rollbackError }),
-    });
-    this.#reportSlow(state, durationMs);
-    await this.#runAfterRollback(handle.callbacks().afterRollback, error, state.settings.name);
-    return end;
-  }
-
-  /** Returns the client: destroyed if broken or (never expected) still inside a transaction. */
-  #release(state: TxAttempt, onError: (error: unknown) => void): void {
-    const client = state.client;
-    state.close();
-    if (state.broken || client.getTransactionStatus() !== 'I') {
-      // Keep our 'error' listener on a client being destroyed: a late socket error must not crash the process.
-      const reason =
-        state.connectionError instanceof Error
-          ? state.connectionError
-          : new Error(
-              'pg-txkit: client left inside a transaction; destroyed instead of returned to the pool',
-            );
-      client.release(reason);
-      return;
-    }
-    client.removeListener('error', onError);
-    client.release();
-  }
-
-  #reportSlow(state: TxAttempt, durationMs: number): void {
-    if (durationMs >= this.#slowMs) {
-      this.#hooks.slow({ name: state.settings.name, attempt: state.number, durationMs });
-    }
+    return attempt.rollback(end);
   }
 
   async #runAfterCommit(callbacks: readonly AfterCommit[], name: string | undefined): Promise<void> {
@@ -668,14 +560,4 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
       },
     });
   }
-}
-
-/**
- * A failed ROLLBACK never replaces the original error: it is attached as the original's `cause` when
- * that has none (and always given to `onRollback` as `rollbackError`).
- */
-function attachCause(error: unknown, rollbackError: unknown): void {
-  if (typeof error !== 'object' || error === null || 'cause' in error) return;
-  if (!Object.isExtensible(error)) return;
-  Object.defineProperty(error, 'cause', { value: rollbackError, configurable: true, writable: true });
 }

@@ -2,7 +2,8 @@ import { err, ok, type Result } from 'neverthrow';
 import { z } from 'zod/v4';
 import { InvalidOptions } from '../errors/index.js';
 import { toOptionIssues } from '../errors/parse-options.js';
-import { durationSchema } from './duration.js';
+import { durationSchema, timeoutSchema } from './duration.js';
+import { DEFAULT_RETRY_ON, RETRYABLE_KINDS } from './retryable.js';
 
 /** Isolation levels accepted by {@link TxOptions.isolation}. */
 export const ISOLATION_LEVELS = ['read committed', 'repeatable read', 'serializable'] as const;
@@ -10,38 +11,7 @@ export const ISOLATION_LEVELS = ['read committed', 'repeatable read', 'serializa
 /** Propagation modes accepted by {@link TxOptions.propagation}. */
 export const PROPAGATIONS = ['required', 'nested', 'requiresNew', 'mandatory'] as const;
 
-/**
- * Error kinds a transaction may be retried on. `CommitOutcomeUnknown` is deliberately absent: a
- * transaction whose COMMIT may have happened is never re-run blindly.
- */
-export const RETRYABLE_KINDS = [
-  'SerializationFailure',
-  'DeadlockDetected',
-  'LockNotAvailable',
-  'ConnectionLost',
-  'StatementTimeout',
-  'PoolExhausted',
-  'UniqueViolation',
-  'ExclusionViolation',
-  'ForeignKeyViolation',
-  'CheckViolation',
-  'NotNullViolation',
-  'DbError',
-] as const;
-
-/** A kind that may appear in {@link TxOptions.retryOn}. */
-export type RetryableKind = (typeof RETRYABLE_KINDS)[number];
-
-/**
- * What is retried when `retryOn` is not given: 40001, 40P01, 55P03 and a connection lost before
- * COMMIT was sent (the server rolled the transaction back, so running it again is safe).
- */
-export const DEFAULT_RETRY_ON: readonly RetryableKind[] = [
-  'SerializationFailure',
-  'DeadlockDetected',
-  'LockNotAvailable',
-  'ConnectionLost',
-];
+export { DEFAULT_RETRY_ON, RETRYABLE_KINDS, type RetryableKind } from './retryable.js';
 
 const backoffSchema = z
   .object({
@@ -73,13 +43,13 @@ export const txOptionsSchema = z
     /** DEFERRABLE: only with `isolation: 'serializable'` and `readOnly: true` (it waits for a safe snapshot). */
     deferrable: z.boolean().default(false),
     /** `SET LOCAL lock_timeout`: each lock wait gives up after this long with 55P03 (LockNotAvailable). */
-    lockTimeout: durationSchema.optional(),
+    lockTimeout: timeoutSchema.optional(),
     /** `SET LOCAL statement_timeout`: each statement is cancelled after this long (57014, StatementTimeout). */
-    statementTimeout: durationSchema.optional(),
+    statementTimeout: timeoutSchema.optional(),
     /** `SET LOCAL idle_in_transaction_session_timeout`: the server ends the session if the tx idles this long. */
-    idleInTransactionTimeout: durationSchema.optional(),
+    idleInTransactionTimeout: timeoutSchema.optional(),
     /** Longest wait for a pool client. Default: the pool's own `connectionTimeoutMillis`. */
-    acquireTimeout: durationSchema.optional(),
+    acquireTimeout: timeoutSchema.optional(),
     /** Total attempts (first run + retries). Default 5. */
     maxAttempts: z.number().int().min(1).max(100).default(5),
     /** Error kinds that re-run the transaction. Replaces the default list. */
@@ -90,7 +60,7 @@ export const txOptionsSchema = z
     /** Exponential backoff with full jitter between attempts. */
     backoff: backoffSchema.prefault({}),
     /** Time budget of the whole call, across attempts (no retry starts that would end after it). */
-    deadline: durationSchema.refine((ms) => ms > 0, { message: 'deadline must be positive' }).optional(),
+    deadline: timeoutSchema.optional(),
     /** How this call relates to a transaction already active in the async context. Default 'required'. */
     propagation: z.enum(PROPAGATIONS).default('required'),
     /** A name for logs and hooks. */
@@ -111,7 +81,8 @@ export const txOptionsSchema = z
 
 /**
  * Options of `TxManager.do` (and the manager's `defaults`). Durations are a number of milliseconds or
- * a string like `'500ms'`, `'2s'`, `'1m'`.
+ * a string like `'500ms'`, `'1.5s'`, `'1min'`. Every timeout is at least 1 ms: 0 is refused with
+ * `InvalidOptions` (omit the option for no limit).
  *
  * @example
  * const options: TxOptions = { isolation: 'serializable', lockTimeout: '2s', maxAttempts: 8, name: 'transfer' };

@@ -3,12 +3,18 @@ export type TxUsageReason =
   /** `strict: true` and the pool was queried directly while a transaction is active in this async context. */
   | 'pool-in-transaction'
   /** A `Tx` was used after its transaction ended (it leaked out of the callback). */
-  | 'transaction-closed';
+  | 'transaction-closed'
+  /** A COMMIT / ROLLBACK (END, ABORT, PREPARE TRANSACTION) sent through `tx.query` ended the transaction. */
+  | 'transaction-control'
+  /** A scope queried while a concurrent `nested` scope of the same transaction had its SAVEPOINT open. */
+  | 'concurrent-scope';
 
 /**
  * A programming error in how the transaction manager is used (a defect, so it is thrown, never
- * returned as an `Err`): querying the pool directly inside a transaction under `strict: true`, or using
- * a `Tx` after its callback returned.
+ * returned as an `Err`): querying the pool directly inside a transaction under `strict: true`, using
+ * a `Tx` after its callback returned, ending the transaction through `tx.query('COMMIT')`, or running
+ * scopes of one transaction concurrently with a `nested` one. The attempt cannot commit after it: it
+ * rolls back and `do()` rejects with this error, even if the callback caught it.
  *
  * @example
  * const tm = new TxManager(pool, { strict: true });

@@ -1,3 +1,4 @@
+import pg from 'pg';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { type DdlAttempt, safeDdl } from '../../src/diagnostics/index.js';
 import { useTestDatabase } from '../helpers.js';
@@ -214,7 +215,7 @@ describe('safeDdl', () => {
       ['BEGIN; ALTER TABLE orders ADD COLUMN z int; COMMIT', {}, 'BEGIN is not allowed'],
       ['CREATE INDEX CONCURRENTLY ON orders (total)', { concurrently: true }, 'name the index'],
       ['SELECT 1; SELECT 2', { concurrently: true }, 'one statement per call'],
-      ['ALTER TABLE orders ADD COLUMN z int', { lockTimeout: 0 }, 'lockTimeout must be at least 1 ms'],
+      ['ALTER TABLE orders ADD COLUMN z int', { lockTimeout: 0 }, 'a timeout must be at least 1 ms'],
       ['ALTER TABLE orders ADD COLUMN z int', { attempts: 0 }, 'attempts'],
       ['  -- only a comment', {}, 'no statement'],
     ];
@@ -277,5 +278,58 @@ describe('safeDdl', () => {
     } finally {
       await long.end();
     }
+  });
+
+  it('finds a COMMIT hidden from a standard_conforming_strings = on reading when the session has it off', async () => {
+    // Read with standard strings, the COMMIT is inside one literal; with backslash escapes (the session's
+    // setting here) the literal ends early and the COMMIT runs.
+    const legacy = new pg.Pool({
+      connectionString: url,
+      max: 1,
+      options: '-c standard_conforming_strings=off',
+    });
+    legacy.on('error', () => {});
+    try {
+      const sql = String.raw`ALTER TABLE orders ADD COLUMN hidden_commit int; SELECT 'a\'' ; COMMIT ; --'`;
+      const r = await safeDdl(legacy, sql);
+      expect(r.isErr() && r.error.kind).toBe('InvalidOptions');
+      expect(r.isErr() && r.error.message).toContain('COMMIT');
+      expect(await columns('orders')).not.toContain('hidden_commit');
+    } finally {
+      await legacy.end();
+    }
+  });
+
+  it("gives the pooled connection back with the session's own settings (concurrently: true)", async () => {
+    const own = new pg.Pool({ connectionString: url, max: 1 });
+    own.on('error', () => {});
+    // The application's own session settings, set when a connection opens.
+    own.on('connect', (c) => {
+      void c.query("SET lock_timeout = '7s'; SET statement_timeout = '9s'");
+    });
+    try {
+      await own.query('SELECT 1');
+      const r = await safeDdl(own, 'CREATE INDEX CONCURRENTLY orders_settings_idx ON orders (total)', {
+        concurrently: true,
+        lockTimeout: 100,
+        statementTimeout: 5000,
+      });
+      expect(r.isOk()).toBe(true);
+      const { rows } = await own.query<{ l: string; s: string }>(
+        "SELECT current_setting('lock_timeout') AS l, current_setting('statement_timeout') AS s",
+      );
+      expect(rows[0]).toEqual({ l: '7s', s: '9s' });
+    } finally {
+      await own.end();
+    }
+  });
+
+  it('refuses a timeout of 0 (one meaning everywhere: omit the option for no limit)', async () => {
+    for (const options of [{ lockTimeout: 0 }, { lockTimeout: '0ms' }, { statementTimeout: 0 }]) {
+      const r = await safeDdl(pool, 'ALTER TABLE orders ADD COLUMN zero_timeout int', options);
+      expect(r.isErr() && r.error.kind).toBe('InvalidOptions');
+      expect(r.isErr() && r.error.message).toContain('omit the option for no limit');
+    }
+    expect(await columns('orders')).not.toContain('zero_timeout');
   });
 });

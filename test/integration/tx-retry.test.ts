@@ -219,7 +219,7 @@ describe('retries', () => {
     expect(calls).toBe(1);
   });
 
-  it('idleInTransactionTimeout: the server ends an idle transaction; the attempt is retried on a new connection', async () => {
+  it('idleInTransactionTimeout: with retryOn opting in, the attempt the server ended is retried on a new connection', async () => {
     const kinds: string[] = [];
     const tm = new TxManager(pool, { hooks: { onRetry: (e) => kinds.push(e.error.kind) } });
     const g = gate();
@@ -234,7 +234,17 @@ describe('retries', () => {
         await tx.query('UPDATE acct SET n = n + 1 WHERE id = 2');
         return tx.attempt;
       },
-      { idleInTransactionTimeout: 50, backoff: { baseMs: 0, capMs: 0 } },
+      {
+        idleInTransactionTimeout: 50,
+        backoff: { baseMs: 0, capMs: 0 },
+        retryOn: [
+          'SerializationFailure',
+          'DeadlockDetected',
+          'LockNotAvailable',
+          'ConnectionLost',
+          'IdleInTransactionTimeout',
+        ],
+      },
     );
     await g.reached('idle');
     // Wait (bounded, by polling the server, not by sleeping) until the server ended that session.
@@ -244,10 +254,10 @@ describe('retries', () => {
     }
     g.open('idle');
     // Usually 2 attempts; on a loaded machine attempt 2 may also sit idle > 50 ms between its two
-    // statements and be ended too — every failed attempt is a ConnectionLost, and only one commits.
+    // statements and be ended too — every failed attempt is an IdleInTransactionTimeout, one commits.
     const attempts = (await result)._unsafeUnwrap();
     expect(attempts).toBeGreaterThanOrEqual(2);
-    expect(kinds).toEqual(Array(attempts - 1).fill('ConnectionLost'));
+    expect(kinds).toEqual(Array(attempts - 1).fill('IdleInTransactionTimeout'));
     expect((await pool.query('SELECT n FROM acct WHERE id = 2')).rows[0]).toEqual({ n: 101 });
   });
 

@@ -4,10 +4,12 @@ import {
   classify,
   DbError,
   isConnectionError,
+  looksLikeDatabaseError,
   SerializationFailure,
   SQLSTATE,
   type UniqueViolation,
 } from '../../src/errors/index.js';
+import { isRetryable } from '../../src/tx/retryable.js';
 
 /** What node-postgres' DatabaseError looks like (a server ErrorResponse). */
 function serverError(code: string, fields: Record<string, string> = {}): Error {
@@ -23,12 +25,30 @@ describe('classify', () => {
     },
   );
 
-  it('keeps the SQLSTATE table consistent with the default retry rules', () => {
-    const retryable = SQLSTATE.filter((e) => e.retryable).map((e) => e.code);
-    expect(retryable).toEqual(expect.arrayContaining(['40001', '40P01', '55P03']));
-    for (const code of ['40003', '23505', '23P01', '23503', '23514', '23502', '57014']) {
-      expect(SQLSTATE.find((e) => e.code === code)?.retryable).toBe(false);
+  it('keeps the SQLSTATE table consistent with the one retry table', () => {
+    const retried = SQLSTATE.filter((e) => isRetryable(classify(serverError(e.code)))).map((e) => e.code);
+    expect(retried).toEqual(expect.arrayContaining(['40001', '40P01', '55P03', '57P01']));
+    for (const code of ['40003', '23505', '23P01', '23503', '23514', '23502', '57014', '25P03']) {
+      expect(retried).not.toContain(code);
     }
+  });
+
+  it('tells pg DatabaseErrors from look-alikes by their shape', () => {
+    const real = Object.assign(new Error('x'), {
+      severity: 'ERROR',
+      code: '40001',
+      length: 90,
+      routine: 'r',
+    });
+    expect(looksLikeDatabaseError(real)).toBe(true);
+    expect(looksLikeDatabaseError(Object.assign(new Error('x'), { code: '40001' }))).toBe(false);
+    expect(looksLikeDatabaseError({ severity: 'ERROR', code: '40001', length: 1, routine: 'r' })).toBe(false);
+  });
+
+  it("maps pg's client-side query_timeout to QueryTimeout (never retried) and 25P03 to IdleInTransactionTimeout", () => {
+    expect(classify(new Error('Query read timeout'))?.kind).toBe('QueryTimeout');
+    expect(isRetryable(classify(new Error('Query read timeout')), ['QueryTimeout' as never])).toBe(false);
+    expect(classify(serverError('25P03'))?.kind).toBe('IdleInTransactionTimeout');
   });
 
   it('carries constraint, table, schema, columns and detail of a 23505', () => {

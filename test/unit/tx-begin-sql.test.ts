@@ -21,11 +21,11 @@ describe('beginSql', () => {
         isolation: 'serializable',
         lockTimeout: 500,
         statementTimeout: 2000,
-        idleInTransactionTimeout: 0,
+        idleInTransactionTimeout: 1,
       }),
     ).toBe(
       'BEGIN ISOLATION LEVEL SERIALIZABLE; SET LOCAL lock_timeout = 500; SET LOCAL statement_timeout = 2000; ' +
-        'SET LOCAL idle_in_transaction_session_timeout = 0',
+        'SET LOCAL idle_in_transaction_session_timeout = 1',
     );
     expect(beginSql({ ...base, statementTimeout: 10 })).toBe(
       'BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL statement_timeout = 10',
@@ -33,7 +33,7 @@ describe('beginSql', () => {
   });
 
   it('refuses anything that is not an integer number of milliseconds (a bug, never SQL)', () => {
-    for (const bad of [1.5, -1, Number.NaN, 2 ** 31, '100; DROP TABLE x' as unknown as number]) {
+    for (const bad of [1.5, -1, 0, Number.NaN, 2 ** 31, '100; DROP TABLE x' as unknown as number]) {
       expect(() => beginSql({ ...base, lockTimeout: bad })).toThrow(TypeError);
     }
     expect(() => beginSql({ ...base, isolation: 'snapshot' as never })).toThrow(TypeError);

@@ -11,7 +11,7 @@ import {
   LockNotAvailable,
   TxKitError,
 } from '../../errors/index.js';
-import { durationSchema, MAX_DURATION_MS } from '../../tx/duration.js';
+import { durationSchema, MAX_DURATION_MS, timeoutSchema } from '../../tx/duration.js';
 import { isPool } from '../../tx/is-pool.js';
 import { type AnyAdvisoryKey, formatAdvisoryKey, isAdvisoryKey, lockTagOf } from './advisory-key.js';
 import { invalid, parseOptions } from './parse-options.js';
@@ -49,7 +49,7 @@ const sessionLockOptionsSchema = z
      */
     wait: z.enum(['block', 'try']).default('try'),
     /** Longest wait with `wait: 'block'` → `LockNotAvailable`. Default: no limit. */
-    lockTimeout: durationSchema.optional(),
+    lockTimeout: timeoutSchema.optional(),
     /** Interval between liveness checks. Default 5 s (minimum 20 ms). */
     checkEvery: durationSchema
       .default(5000)

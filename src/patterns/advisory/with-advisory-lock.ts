@@ -7,7 +7,7 @@ import {
   LockNotAvailable,
   type TxError,
 } from '../../errors/index.js';
-import { durationSchema } from '../../tx/duration.js';
+import { timeoutSchema } from '../../tx/duration.js';
 import { isResult } from '../../tx/is-result.js';
 import type { TxManager } from '../../tx/tx-manager.js';
 import type { ConstraintErrors } from '../../tx/tx-manager-options.js';
@@ -29,7 +29,7 @@ const withAdvisoryLockOptionsSchema = z
      * `fn`'s own statements keep the transaction's lock_timeout. Default: the transaction's setting
      * (the TxManager's `lockTimeout`, else the server's, which is "wait forever").
      */
-    lockTimeout: durationSchema.optional(),
+    lockTimeout: timeoutSchema.optional(),
     /** Options for the `tm.do` transaction (isolation, propagation, name, maxAttempts …). */
     tx: z.custom<TxOptions>((v) => typeof v === 'object' && v !== null).optional(),
   })

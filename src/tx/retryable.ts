@@ -1,0 +1,99 @@
+import { type DatabaseFailure, TxKitError } from '../errors/index.js';
+
+/** How the retry engine treats one error kind. */
+export interface RetryRule {
+  /** Retried when `retryOn` is not given. */
+  readonly byDefault: boolean;
+  /** May be listed in `retryOn` at all. */
+  readonly allowed: boolean;
+  /** Why, in one line (for docs and reviews). */
+  readonly why: string;
+}
+
+/**
+ * THE table that decides "is this retryable?", by error kind: used by `tm.do` (outermost scope), by
+ * `safeDdl`, by the patterns (a returned conflict) and by a queue handler's `ctx.transaction` (which
+ * runs through `tm.do`). A retry re-runs the whole unit of work from a fresh BEGIN, so only kinds whose
+ * attempt certainly had no effect may be retried, and only those whose cause a new attempt can fix are
+ * retried by default.
+ */
+export const RETRY_TABLE = {
+  SerializationFailure: {
+    byDefault: true,
+    allowed: true,
+    why: '40001: lost a race under repeatable read / serializable; a fresh snapshot can win',
+  },
+  DeadlockDetected: {
+    byDefault: true,
+    allowed: true,
+    why: '40P01: chosen as the deadlock victim; the other went on',
+  },
+  LockNotAvailable: {
+    byDefault: true,
+    allowed: true,
+    why: '55P03: NOWAIT or lock_timeout gave up; the holder will finish',
+  },
+  ConnectionLost: {
+    byDefault: true,
+    allowed: true,
+    why: 'lost before COMMIT was sent: the server rolled the transaction back',
+  },
+  IdleInTransactionTimeout: {
+    byDefault: false,
+    allowed: true,
+    why: '25P03: caused by a slow step inside the transaction; a retry repeats it',
+  },
+  StatementTimeout: { byDefault: false, allowed: true, why: '57014: the work may simply be too slow' },
+  PoolExhausted: { byDefault: false, allowed: true, why: 'the pool had no client in time' },
+  UniqueViolation: { byDefault: false, allowed: true, why: 'a domain answer, not a race' },
+  ExclusionViolation: { byDefault: false, allowed: true, why: 'a domain answer, not a race' },
+  ForeignKeyViolation: { byDefault: false, allowed: true, why: 'a domain answer, not a race' },
+  CheckViolation: { byDefault: false, allowed: true, why: 'a domain answer, not a race' },
+  NotNullViolation: { byDefault: false, allowed: true, why: 'a domain answer, not a race' },
+  DbError: { byDefault: false, allowed: true, why: 'no known meaning' },
+  CommitOutcomeUnknown: {
+    byDefault: false,
+    allowed: false,
+    why: 'COMMIT may have happened: re-running could apply the work twice',
+  },
+  QueryTimeout: {
+    byDefault: false,
+    allowed: false,
+    why: 'client-side query_timeout: the server may still be running the statement',
+  },
+} as const satisfies Record<DatabaseFailure['kind'], RetryRule>;
+
+type Kind = keyof typeof RETRY_TABLE;
+type KindsWhere<P extends 'byDefault' | 'allowed'> = {
+  [K in Kind]: (typeof RETRY_TABLE)[K][P] extends true ? K : never;
+}[Kind];
+
+/** A kind that may appear in `retryOn`. */
+export type RetryableKind = KindsWhere<'allowed'>;
+
+const KINDS = Object.keys(RETRY_TABLE) as Kind[];
+
+/** Every kind `retryOn` may list (CommitOutcomeUnknown and QueryTimeout are never retried). */
+export const RETRYABLE_KINDS = KINDS.filter((k) => RETRY_TABLE[k].allowed) as [
+  RetryableKind,
+  ...RetryableKind[],
+];
+
+/** What is retried when `retryOn` is not given: 40001, 40P01, 55P03, a connection lost before COMMIT. */
+export const DEFAULT_RETRY_ON: readonly RetryableKind[] = KINDS.filter(
+  (k) => RETRY_TABLE[k].byDefault,
+) as RetryableKind[];
+
+/**
+ * Is `error` a failure worth another attempt, under `retryOn` (default {@link DEFAULT_RETRY_ON})? Only
+ * pg-txkit's classified database failures can be: anything else (a user's error) never is.
+ *
+ * @example
+ * isRetryable(new SerializationFailure()); // true
+ * isRetryable(new IdleInTransactionTimeout()); // false (opt in with retryOn)
+ * isRetryable(new LockNotAvailable(), ['DeadlockDetected']); // false
+ */
+export function isRetryable(error: unknown, retryOn: readonly string[] = DEFAULT_RETRY_ON): boolean {
+  if (!(error instanceof TxKitError) || !Object.hasOwn(RETRY_TABLE, error.kind)) return false;
+  return RETRY_TABLE[error.kind as Kind].allowed && retryOn.includes(error.kind);
+}
