@@ -1,38 +1,71 @@
-// Queue benchmark: burn-down of 50,000 no-op jobs by 2 worker processes x 8 concurrency, side by side
-// against the same server: pg-txkit (batching on/off), graphile-worker (batching on: localQueue +
-// completeJobBatchDelay; off), pg-boss (batchSize 64). Plus pg-txkit enqueueMany throughput and
-// enqueue → handler start latency (p50/p99) with LISTEN. Worker processes run bench/queue/child.mjs,
-// which loads pg-txkit from dist/ (`npm run build` first).
+// Queue benchmark, in ONE process, rounds interleaved (A B C D E, A B C D E, …): a burn-down of 50,000
+// no-op jobs by 2 worker processes × concurrency 8 against the same server, for
+//   pg-txkit with the worker's DEFAULT options, pg-txkit tuned by hand, graphile-worker 0.17.3 at its
+//   best (localQueue 500, completeJobBatchDelay 0, failJobBatchDelay 0), pg-boss 10.4.2 (8 pollers ×
+//   batchSize 100), and a minimal hand-written SKIP LOCKED loop (the ceiling).
+// Reported per contender: median jobs/s with min–max, the median of its per-round ratio to
+// graphile-worker (same round), worker CPU per job (the two processes, user + system) and server CPU per
+// job (the PostgreSQL postmaster and its backends, from /proc, when the server is local). Then pg-txkit's
+// enqueue → handler start latency with LISTEN at 100 jobs/s (p50, p99).
+// Worker processes run bench/queue/child.mjs, which loads pg-txkit from dist/ (`npm run build` first).
+// Standalone: `npm run build && npm run build:bench && node dist-bench/bench/queue.js` (env:
+// PGTXKIT_BENCH_QUEUE_JOBS, PGTXKIT_BENCH_QUEUE_ROUNDS, PGTXKIT_BENCH_QUEUE_ONLY=txkit-defaults,graphile…).
 import { type ChildProcess, fork } from 'node:child_process';
-import { existsSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { loadavg } from 'node:os';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { makeWorkerUtils } from 'graphile-worker';
 import pg from 'pg';
 import PgBoss from 'pg-boss';
 import { z } from 'zod';
 import { Queue } from '../src/patterns/queue/index.js';
+import { startPostgres } from '../src/testing/start-postgres.js';
+import { createTestDatabase } from '../src/testing/test-database.js';
 import { TxManager } from '../src/tx/tx-manager.js';
 
-/** Jobs per burn-down (PGTXKIT_BENCH_QUEUE_JOBS overrides). */
+/** Jobs per burn-down. */
 const JOBS = Number(process.env.PGTXKIT_BENCH_QUEUE_JOBS ?? 50_000);
+/** Interleaved rounds. */
+const ROUNDS = Number(process.env.PGTXKIT_BENCH_QUEUE_ROUNDS ?? 3);
 const PROCESSES = 2;
 const CONCURRENCY = 8;
 
+type System = 'txkit' | 'graphile' | 'pgboss' | 'raw';
 interface Contender {
+  readonly id: string;
   readonly name: string;
-  readonly system: 'txkit' | 'graphile' | 'pgboss';
-  readonly batch: boolean | 'default';
+  readonly system: System;
+  readonly config: string;
 }
 
 const CONTENDERS: readonly Contender[] = [
-  { name: 'pg-txkit (batching on)', system: 'txkit', batch: true },
-  { name: 'pg-txkit (defaults: claim for free slots, batched settles)', system: 'txkit', batch: 'default' },
-  { name: 'pg-txkit (batching off)', system: 'txkit', batch: false },
-  { name: 'graphile-worker (batching on)', system: 'graphile', batch: true },
-  { name: 'graphile-worker (batching off)', system: 'graphile', batch: false },
-  { name: 'pg-boss (batchSize 64)', system: 'pgboss', batch: true },
+  { id: 'txkit-defaults', name: 'pg-txkit, worker defaults', system: 'txkit', config: 'defaults' },
+  {
+    id: 'txkit-tuned',
+    name: 'pg-txkit, tuned (batch 500, prefetch 500, settleDelay 0)',
+    system: 'txkit',
+    config: 'tuned',
+  },
+  {
+    id: 'graphile',
+    name: 'graphile-worker 0.17.3 (localQueue 500, completeJobBatchDelay 0, failJobBatchDelay 0)',
+    system: 'graphile',
+    config: 'best',
+  },
+  {
+    id: 'pgboss',
+    name: 'pg-boss 10.4.2 (8 pollers × batchSize 100 per process)',
+    system: 'pgboss',
+    config: 'best',
+  },
+  {
+    id: 'raw',
+    name: 'hand-written SKIP LOCKED loop (claim 50, delete the batch; no lease, no safety)',
+    system: 'raw',
+    config: 'raw',
+  },
 ];
-const BASELINE = 'graphile-worker (batching on)';
+const BASELINE = 'graphile';
 
 function childScript(): string {
   for (const candidate of ['./queue/child.mjs', '../../bench/queue/child.mjs']) {
@@ -42,11 +75,12 @@ function childScript(): string {
   throw new Error('bench/queue/child.mjs not found');
 }
 
-/** Enqueues JOBS no-op jobs into `system`'s own tables (not timed) and returns a "remaining" query. */
-async function prepare(system: Contender['system'], url: string, pool: pg.Pool): Promise<string> {
+const chunks = <T>(items: T[], size: number) =>
+  Array.from({ length: Math.ceil(items.length / size) }, (_, i) => items.slice(i * size, (i + 1) * size));
+
+/** Enqueues JOBS no-op jobs into `system`'s own tables (not timed); returns a "some left" query. */
+async function prepare(system: System, url: string, pool: pg.Pool): Promise<string> {
   const specs = Array.from({ length: JOBS }, () => ({}));
-  const chunks = <T>(items: T[], size: number) =>
-    Array.from({ length: Math.ceil(items.length / size) }, (_, i) => items.slice(i * size, (i + 1) * size));
   if (system === 'txkit') {
     await pool.query('DROP SCHEMA IF EXISTS bench_txkit CASCADE');
     const queue = new Queue({
@@ -57,7 +91,8 @@ async function prepare(system: Contender['system'], url: string, pool: pg.Pool):
     });
     (await queue.migrate())._unsafeUnwrap();
     for (const chunk of chunks(specs, 10_000)) (await queue.enqueueMany(pool, 'noop', chunk))._unsafeUnwrap();
-    return 'SELECT count(*)::int AS n FROM bench_txkit.jobs';
+    await pool.query('VACUUM ANALYZE bench_txkit.jobs');
+    return 'SELECT EXISTS (SELECT 1 FROM bench_txkit.jobs) AS left';
   }
   if (system === 'graphile') {
     const utils = await makeWorkerUtils({ connectionString: url });
@@ -69,31 +104,97 @@ async function prepare(system: Contender['system'], url: string, pool: pg.Pool):
     } finally {
       await utils.release();
     }
-    return 'SELECT count(*)::int AS n FROM graphile_worker._private_jobs';
+    await pool.query('VACUUM ANALYZE graphile_worker._private_jobs');
+    return 'SELECT EXISTS (SELECT 1 FROM graphile_worker._private_jobs) AS left';
+  }
+  if (system === 'raw') {
+    await pool.query('DROP SCHEMA IF EXISTS bench_raw CASCADE');
+    await pool.query('CREATE SCHEMA bench_raw');
+    await pool.query(
+      'CREATE TABLE bench_raw.jobs (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, payload jsonb NOT NULL, claimed boolean NOT NULL DEFAULT false)',
+    );
+    await pool.query('INSERT INTO bench_raw.jobs (payload) SELECT $1::jsonb FROM generate_series(1, $2)', [
+      '{}',
+      JOBS,
+    ]);
+    await pool.query('VACUUM ANALYZE bench_raw.jobs');
+    return 'SELECT EXISTS (SELECT 1 FROM bench_raw.jobs) AS left';
   }
   const boss = new PgBoss({ connectionString: url, max: 4, supervise: false, schedule: false });
   boss.on('error', () => {});
   await boss.start();
   try {
+    await pool.query(`DELETE FROM pgboss.job WHERE name = 'noop'`).catch(() => {});
     await boss.createQueue('noop');
     for (const chunk of chunks(specs, 5000)) await boss.insert(chunk.map((data) => ({ name: 'noop', data })));
   } finally {
     await boss.stop({ graceful: false, wait: true });
   }
-  return `SELECT count(*)::int AS n FROM pgboss.job WHERE name = 'noop' AND state IN ('created', 'retry', 'active')`;
+  return `SELECT EXISTS (SELECT 1 FROM pgboss.job WHERE name = 'noop' AND state < 'completed') AS left`;
 }
 
-/** Starts PROCESSES worker processes, waits until each is ready, runs the burn-down, stops them. */
+/** CPU time (µs) of the local PostgreSQL server holding `pool`'s backend: postmaster + backends, exited ones included. */
+function serverCpuReader(postmaster: number | undefined): () => number | undefined {
+  if (postmaster === undefined) return () => undefined;
+  const tick = 1e6 / 100; // USER_HZ
+  const fields = (pid: string) => {
+    try {
+      const text = readFileSync(`/proc/${pid}/stat`, 'utf8');
+      return text.slice(text.lastIndexOf(')') + 2).split(' ');
+    } catch {
+      return undefined;
+    }
+  };
+  return () => {
+    let total = 0;
+    for (const pid of readdirSync('/proc')) {
+      if (!/^\d+$/.test(pid)) continue;
+      const f = fields(pid);
+      if (f === undefined) continue;
+      // After the ')' : state(0) ppid(1) … utime(11) stime(12) cutime(13) cstime(14).
+      const own = Number(f[11]) + Number(f[12]);
+      if (Number(pid) === postmaster) total += own + Number(f[13]) + Number(f[14]);
+      else if (Number(f[1]) === postmaster) total += own;
+    }
+    return total * tick;
+  };
+}
+
+async function postmasterPid(pool: pg.Pool): Promise<number | undefined> {
+  const r = await pool.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+  const pid = r.rows[0]?.pid;
+  try {
+    const text = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return Number(text.slice(text.lastIndexOf(')') + 2).split(' ')[1]);
+  } catch {
+    return undefined; // a remote server
+  }
+}
+
+interface RoundResult {
+  readonly jobsPerSec: number;
+  readonly workerCpuUsPerJob: number;
+  readonly serverCpuUsPerJob: number | undefined;
+}
+
+/** One burn-down: PROCESSES worker processes, timed from 'go' until the table holds no unfinished job. */
 async function burnDown(
   contender: Contender,
   url: string,
   pool: pg.Pool,
-  onProgress: (done: number) => void,
+  serverCpu: () => number | undefined,
   signal: AbortSignal,
-): Promise<number> {
-  const remaining = await prepare(contender.system, url, pool);
+): Promise<RoundResult> {
+  const someLeft = await prepare(contender.system, url, pool);
   const children: ChildProcess[] = [];
   const exited: Promise<void>[] = [];
+  const cpu: Promise<number>[] = [];
+  let stopped = false;
+  const stopAll = () => {
+    if (stopped) return;
+    stopped = true;
+    for (const child of children) if (child.connected) child.send('stop');
+  };
   try {
     for (let i = 0; i < PROCESSES; i++) {
       const child = fork(childScript(), [], {
@@ -101,7 +202,7 @@ async function burnDown(
           ...process.env,
           BENCH_SYSTEM: contender.system,
           BENCH_URL: url,
-          BENCH_BATCH: contender.batch === 'default' ? 'default' : contender.batch ? '1' : '0',
+          BENCH_CONFIG: contender.config,
           BENCH_CONCURRENCY: String(CONCURRENCY),
         },
         stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
@@ -114,22 +215,37 @@ async function burnDown(
           reject(new Error(`${contender.name} worker exited (${code}) before ready`)),
         );
       });
+      cpu.push(
+        new Promise((resolve) => {
+          child.on('message', (m: { cpuUs?: number }) => {
+            if (typeof m === 'object' && m !== null && typeof m.cpuUs === 'number') resolve(m.cpuUs);
+          });
+          child.once('exit', () => resolve(Number.NaN));
+        }),
+      );
     }
+    const server0 = serverCpu();
     const t0 = performance.now();
     for (const child of children) child.send('go');
     const limit = t0 + 300_000;
     for (;;) {
-      await new Promise((resolve) => setTimeout(resolve, 100));
-      const r = await pool.query<{ n: number }>(remaining);
-      const left = r.rows[0]?.n ?? 0;
-      onProgress(JOBS - left);
-      if (left === 0) break;
-      if (signal.aborted || performance.now() > limit)
-        throw new Error(`${contender.name}: ${left} jobs left`);
+      await new Promise((resolve) => setTimeout(resolve, 10));
+      const r = await pool.query<{ left: boolean }>(someLeft);
+      if (r.rows[0]?.left !== true) break;
+      if (signal.aborted || performance.now() > limit) throw new Error(`${contender.name}: jobs left`);
     }
-    return JOBS / ((performance.now() - t0) / 1000);
+    const seconds = (performance.now() - t0) / 1000;
+    const server1 = serverCpu();
+    stopAll();
+    const workerCpu = (await Promise.all(cpu)).reduce((a, b) => a + b, 0);
+    return {
+      jobsPerSec: JOBS / seconds,
+      workerCpuUsPerJob: workerCpu / JOBS,
+      serverCpuUsPerJob:
+        server0 === undefined || server1 === undefined ? undefined : (server1 - server0) / JOBS,
+    };
   } finally {
-    for (const child of children) if (child.connected) child.send('stop');
+    stopAll();
     const killer = setTimeout(() => {
       for (const child of children) child.kill('SIGKILL');
     }, 15_000);
@@ -138,10 +254,8 @@ async function burnDown(
   }
 }
 
-/** pg-txkit enqueueMany throughput (jobs/s) in batches of 5,000, and LISTEN wake-up latency. */
-async function enqueueAndLatency(
-  pool: pg.Pool,
-): Promise<{ enqueuePerSec: number; p50: number; p99: number }> {
+/** pg-txkit, worker defaults + LISTEN: enqueue → handler start at 100 jobs/s for 5 s. */
+async function latencyAt100PerSec(pool: pg.Pool): Promise<{ p50: number; p99: number; max: number }> {
   const queue = new Queue({
     pool,
     txManager: new TxManager(pool),
@@ -150,46 +264,39 @@ async function enqueueAndLatency(
   });
   await pool.query('DROP SCHEMA IF EXISTS bench_latency CASCADE');
   (await queue.migrate())._unsafeUnwrap();
-  const t0 = performance.now();
-  for (let i = 0; i < 10; i++) {
-    (
-      await queue.enqueueMany(
-        pool,
-        'noop',
-        Array.from({ length: 5000 }, (_, n) => ({ i: n })),
-      )
-    )._unsafeUnwrap();
-  }
-  const enqueuePerSec = 50_000 / ((performance.now() - t0) / 1000);
-  await pool.query('TRUNCATE bench_latency.jobs');
   const started = new Map<number, number>();
-  let wake: (() => void) | undefined;
   const worker = queue.work(
     {
       noop: (job) => {
         started.set(job.payload.i, performance.now());
-        wake?.();
       },
     },
-    { concurrency: CONCURRENCY, listen: true, pollInterval: 60_000 },
+    { concurrency: CONCURRENCY },
   );
-  for (let i = 0; i < 100 && !worker.listening; i++) await new Promise((resolve) => setTimeout(resolve, 20));
-  const latencies: number[] = [];
-  for (let i = 0; i < 300; i++) {
-    const seen = new Promise<void>((resolve) => {
-      wake = resolve;
-    });
-    const at = performance.now();
+  for (let i = 0; i < 250 && !worker.listening; i++) await new Promise((resolve) => setTimeout(resolve, 20));
+  const enqueuedAt = new Map<number, number>();
+  const t0 = performance.now();
+  for (let i = 0; i < 500; i++) {
+    const due = t0 + i * 10;
+    const wait = due - performance.now();
+    if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
+    enqueuedAt.set(i, performance.now());
     (await queue.enqueue(pool, 'noop', { i }))._unsafeUnwrap();
-    await Promise.race([seen, new Promise((resolve) => setTimeout(resolve, 5000))]);
-    latencies.push((started.get(i) ?? Number.NaN) - at);
   }
+  for (let i = 0; i < 250 && started.size < 500; i++) await new Promise((resolve) => setTimeout(resolve, 20));
   await worker.stop();
-  latencies.sort((a, b) => a - b);
-  const pick = (q: number) =>
-    latencies[Math.min(latencies.length - 1, Math.floor(q * latencies.length))] ?? Number.NaN;
-  return { enqueuePerSec, p50: pick(0.5), p99: pick(0.99) };
+  const latencies = [...enqueuedAt].map(([i, at]) => (started.get(i) ?? Number.POSITIVE_INFINITY) - at);
+  return { p50: quantile(latencies, 0.5), p99: quantile(latencies, 0.99), max: quantile(latencies, 1) };
 }
+
+function quantile(values: readonly number[], q: number): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? Number.NaN;
+}
+
+const median = (values: readonly number[]) => quantile(values, 0.5);
+const fmt = (n: number | undefined, digits = 0) =>
+  n === undefined || Number.isNaN(n) ? 'n/a' : n.toLocaleString('en-US', { maximumFractionDigits: digits });
 
 /** The queue benchmark (npm run bench). */
 export async function run({
@@ -210,33 +317,76 @@ export async function run({
   const pool = new pg.Pool({ connectionString: url, max: 4 });
   pool.on('error', () => {});
   try {
-    const measured: { name: string; opsPerSec: number }[] = [];
-    // PGTXKIT_BENCH_QUEUE_ONLY=txkit,graphile runs a subset (by system).
     const only = process.env.PGTXKIT_BENCH_QUEUE_ONLY?.split(',');
-    const contenders = CONTENDERS.filter((c) => only === undefined || only.includes(c.system));
-    const total = JOBS * contenders.length;
-    for (const [index, contender] of contenders.entries()) {
-      const opsPerSec = await burnDown(
-        contender,
-        url,
-        pool,
-        (done) => onProgress(index * JOBS + done, total),
-        signal,
-      );
-      measured.push({ name: contender.name, opsPerSec: Math.round(opsPerSec) });
+    const contenders = CONTENDERS.filter(
+      (c) => only === undefined || only.includes(c.id) || c.id === BASELINE,
+    );
+    const serverCpu = serverCpuReader(await postmasterPid(pool));
+    const results = new Map<string, RoundResult[]>(contenders.map((c) => [c.id, []]));
+    const ratios = new Map<string, number[]>(contenders.map((c) => [c.id, []]));
+    const load0 = loadavg()[0] ?? 0;
+    const total = ROUNDS * contenders.length;
+    for (let round = 0; round < ROUNDS; round++) {
+      const inRound = new Map<string, number>();
+      for (const [index, contender] of contenders.entries()) {
+        onProgress(round * contenders.length + index, total);
+        const r = await burnDown(contender, url, pool, serverCpu, signal);
+        results.get(contender.id)?.push(r);
+        inRound.set(contender.id, r.jobsPerSec);
+      }
+      const base = inRound.get(BASELINE) ?? Number.NaN;
+      for (const [id, v] of inRound) ratios.get(id)?.push(v / base);
     }
-    const latency = await enqueueAndLatency(pool);
-    const base = measured.find((m) => m.name === BASELINE)?.opsPerSec ?? 1;
+    onProgress(total, total);
+    const latency = await latencyAt100PerSec(pool);
+    const load1 = loadavg()[0] ?? 0;
+    const lines = [
+      `| contender | jobs/s median (min–max) | vs graphile-worker, same round: median (min–max) | worker CPU µs/job | server CPU µs/job |`,
+      '|---|---:|---:|---:|---:|',
+    ];
+    const rows: { name: string; opsPerSec: number; ratio: number }[] = [];
+    for (const c of contenders) {
+      const rs = results.get(c.id) ?? [];
+      const jps = rs.map((r) => r.jobsPerSec);
+      const rt = ratios.get(c.id) ?? [];
+      const ratio = median(rt);
+      rows.push({ name: c.name, opsPerSec: Math.round(median(jps)), ratio: Math.round(ratio * 100) / 100 });
+      lines.push(
+        `| ${c.name} | ${fmt(median(jps))} (${fmt(Math.min(...jps))}–${fmt(Math.max(...jps))}) | ` +
+          `${fmt(ratio, 2)}× (${fmt(Math.min(...rt), 2)}–${fmt(Math.max(...rt), 2)}) | ` +
+          `${fmt(median(rs.map((r) => r.workerCpuUsPerJob)), 1)} | ` +
+          `${fmt(median(rs.map((r) => r.serverCpuUsPerJob ?? Number.NaN)), 1)} |`,
+      );
+    }
+    const notes =
+      `burn-down of ${JOBS} no-op jobs, ${PROCESSES} worker processes × concurrency ${CONCURRENCY}, same server, ` +
+      `${ROUNDS} interleaved rounds; load average ${load0.toFixed(2)} → ${load1.toFixed(2)}; ` +
+      `pg-txkit defaults + LISTEN at 100 jobs/s, enqueue → handler start: p50 ${latency.p50.toFixed(2)} ms, ` +
+      `p99 ${latency.p99.toFixed(2)} ms, max ${latency.max.toFixed(2)} ms`;
+    process.stdout.write(`${lines.join('\n')}\n\n${notes}\n`);
     return {
       name: 'queue',
-      baseline: BASELINE,
-      rows: measured.map((m) => ({ ...m, ratio: Math.round((m.opsPerSec / base) * 100) / 100 })),
-      notes:
-        `burn-down of ${JOBS} no-op jobs, ${PROCESSES} worker processes x ${CONCURRENCY} concurrency, same server; ` +
-        `pg-txkit enqueueMany ${Math.round(latency.enqueuePerSec)} jobs/s (batches of 5,000); ` +
-        `enqueue → handler start with LISTEN: p50 ${latency.p50.toFixed(2)} ms, p99 ${latency.p99.toFixed(2)} ms`,
+      baseline: CONTENDERS.find((c) => c.id === BASELINE)?.name ?? BASELINE,
+      rows,
+      notes,
     };
   } finally {
     await pool.end();
+  }
+}
+
+// Standalone: node dist-bench/bench/queue.js (starts the embedded PostgreSQL unless DATABASE_URL is set).
+if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  const server = await startPostgres();
+  const db = await createTestDatabase(server.url, { prefix: 'bench' });
+  try {
+    await run({
+      url: db.url,
+      durationMs: 0,
+      onProgress: (done, total) => process.stderr.write(`round ${done}/${total}\r`),
+    });
+  } finally {
+    await db.drop().catch(() => {});
+    await server.stop();
   }
 }

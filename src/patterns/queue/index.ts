@@ -1,5 +1,8 @@
 // Public surface of the queue module (re-exports only).
+export { errorText as jobErrorText } from './error-text.js';
+export { HandlerTimeoutError } from './handler-runner.js';
 export type { EnqueuedJob, Job, JobLease, JobState } from './job.js';
+export type { JobStore } from './job-store.js';
 export { type MigrateResult, migrateQueue } from './migrate-queue.js';
 export {
   type ClaimOptions,
@@ -8,7 +11,6 @@ export {
   type EnqueueManyOptions,
   type EnqueueManyResult,
   type EnqueueOptions,
-  errorText as jobErrorText,
   type FailItem,
   type FailOptions,
   type FailResult,
@@ -24,17 +26,16 @@ export {
 } from './queue.js';
 export { SettleBatcher, type SettleBatcherOptions, type SettleOutcome } from './settle-batcher.js';
 export type { InvalidLease } from './split-leases.js';
-export {
-  HandlerTimeoutError,
-  type JobContext,
-  type JobEndEvent,
-  type JobHandler,
-  type JobOutcome,
-  QueueWorker,
-  type WorkerCounters,
-  type WorkerHooks,
-  type WorkerPhase,
-  type WorkHandlers,
-  type WorkOptionsInput,
-  workOptionsSchema,
-} from './worker.js';
+export type {
+  JobContext,
+  JobEndEvent,
+  JobHandler,
+  JobOutcome,
+  WorkerCounters,
+  WorkerHooks,
+  WorkerPhase,
+  WorkHandlers,
+  WorkOptionsInput,
+} from './work-options.js';
+export { workOptionsSchema } from './work-options.js';
+export { QueueWorker } from './worker.js';

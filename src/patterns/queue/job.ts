@@ -56,20 +56,20 @@ export interface EnqueuedJob {
   readonly created: boolean;
 }
 
-/** Raw row of a claimed job. */
+/** Raw row of a claimed job (timestamps as epoch milliseconds). */
 export interface JobRow {
   id: string;
   task: string;
   payload: unknown;
   priority: number;
-  run_at: Date;
+  run_at_ms: number;
   attempts: number;
   max_attempts: number;
   key: string | null;
   last_error: string | null;
   lease_token: string;
-  lease_expires_at: Date;
-  created_at: Date;
+  lease_expires_at_ms: number;
+  created_at_ms: number;
 }
 
 /** Maps a claimed row to a {@link Job}. */
@@ -79,13 +79,13 @@ export function jobFromRow(row: JobRow): Job {
     task: row.task,
     payload: row.payload,
     priority: row.priority,
-    runAt: row.run_at,
+    runAt: new Date(row.run_at_ms),
     attempts: row.attempts,
     maxAttempts: row.max_attempts,
     key: row.key,
     lastError: row.last_error,
     leaseToken: row.lease_token,
-    leaseExpiresAt: row.lease_expires_at,
-    createdAt: row.created_at,
+    leaseExpiresAt: new Date(row.lease_expires_at_ms),
+    createdAt: new Date(row.created_at_ms),
   };
 }

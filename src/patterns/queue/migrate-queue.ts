@@ -1,9 +1,10 @@
-import { readdir, readFile } from 'node:fs/promises';
 import { ResultAsync } from 'neverthrow';
 import pg from 'pg';
 import { classify } from '../../errors/classify.js';
 import { DbError, type TxKitError } from '../../errors/errors.js';
 import { advisoryKey } from '../advisory/advisory-key.js';
+import { claimFunctionMigration } from './migrations/claim-function-migration.js';
+import { jobsMigration } from './migrations/jobs-migration.js';
 
 /** What {@link migrateQueue} did. */
 export interface MigrateResult {
@@ -13,26 +14,19 @@ export interface MigrateResult {
   readonly version: number;
 }
 
-/** One numbered migration file (`001_jobs.sql`). */
+/** One numbered migration: its version, the name recorded in the migrations table and its SQL. */
 interface Migration {
   readonly version: number;
   readonly name: string;
   readonly sql: string;
 }
 
-const MIGRATIONS_DIR = new URL('./migrations/', import.meta.url);
-
-/** Reads the numbered `.sql` files shipped next to this module, in version order. */
-async function loadMigrations(): Promise<Migration[]> {
-  const names = (await readdir(MIGRATIONS_DIR)).filter((n) => /^\d+_.+\.sql$/.test(n)).sort();
-  return Promise.all(
-    names.map(async (name) => ({
-      version: Number.parseInt(name, 10),
-      name,
-      sql: await readFile(new URL(name, MIGRATIONS_DIR), 'utf8'),
-    })),
-  );
-}
+/**
+ * Every migration, in version order: string constants in the JavaScript, so a bundled consumer
+ * (esbuild, rolldown …) migrates without reading a file (they were `.sql` files read beside the module:
+ * ENOENT once bundled).
+ */
+const MIGRATIONS: readonly Migration[] = [jobsMigration, claimFunctionMigration];
 
 /** Stable signed 64-bit advisory key for a schema's migrations (`advisoryKey`: sha-256, not hashtext). */
 export function migrationLockKey(schema: string): string {
@@ -49,11 +43,11 @@ function toError(e: unknown): TxKitError {
 }
 
 /**
- * Creates or upgrades a queue schema: applies the numbered `.sql` migrations it has not applied yet,
+ * Creates or upgrades a queue schema: applies the numbered migrations it has not applied yet,
  * in one transaction, under `pg_advisory_xact_lock` on a key derived from the schema name. Two
  * processes starting at once serialize on that lock: the second sees the first one's versions in the
  * migrations table and applies nothing. The lock is transaction-scoped, so a crash or a dropped
- * connection can never leave it held (a session lock outlives a cut connection on serverless Postgres).
+ * connection can never leave it held (a session lock outlived its connection in production).
  *
  * @example
  * const result = await migrateQueue(pool, 'pgtxkit_queue');
@@ -63,7 +57,6 @@ export function migrateQueue(pool: pg.Pool, schema: string): ResultAsync<Migrate
   const s = pg.escapeIdentifier(schema);
   const channel = pg.escapeLiteral(notifyChannel(schema));
   const run = async (): Promise<MigrateResult> => {
-    const migrations = await loadMigrations();
     const client = await pool.connect();
     let broken: Error | undefined;
     try {
@@ -81,7 +74,7 @@ export function migrateQueue(pool: pg.Pool, schema: string): ResultAsync<Migrate
       const done = await client.query<{ version: number }>(`SELECT version FROM ${s}.migrations`);
       const have = new Set(done.rows.map((r) => r.version));
       const applied: number[] = [];
-      for (const m of migrations) {
+      for (const m of MIGRATIONS) {
         if (have.has(m.version)) continue;
         await client.query(m.sql.replaceAll('{{schema}}', s).replaceAll('{{channel}}', channel));
         await client.query(`INSERT INTO ${s}.migrations (version, name) VALUES ($1, $2)`, [

@@ -1,8 +1,12 @@
 import pg from 'pg';
 
-/** The columns a claimed job returns. */
-const JOB_COLUMNS = `j.id, j.task, j.payload, j.priority, j.run_at, j.attempts, j.max_attempts, j.key,
-  j.last_error, j.lease_token, j.lease_expires_at, j.created_at`;
+/**
+ * The columns a claimed job returns. Timestamps come as epoch milliseconds (float8): parsing three
+ * timestamptz texts per job was the largest single cost of a claim on the worker's CPU.
+ */
+const epochMs = (column: string) => `(extract(epoch FROM ${column}) * 1000)::float8 AS ${column.slice(2)}_ms`;
+const JOB_COLUMNS = `j.id, j.task, j.payload, j.priority, ${epochMs('j.run_at')}, j.attempts, j.max_attempts, j.key,
+  j.last_error, j.lease_token, ${epochMs('j.lease_expires_at')}, ${epochMs('j.created_at')}`;
 
 /** The ON CONFLICT target matching the partial unique index jobs_key. */
 const KEY_CONFLICT = `(task, key) WHERE key IS NOT NULL AND state IN ('pending', 'running')`;

@@ -11,8 +11,18 @@ import {
   UnknownTask,
 } from '../../errors/errors.js';
 import { guardClientErrors } from '../../tx/guard-client-errors.js';
-import type { Db, Queryable, Tx } from '../../tx/types.js';
+import type { Db, Queryable } from '../../tx/types.js';
+import { errorText } from './error-text.js';
 import { type EnqueuedJob, type Job, type JobLease, type JobRow, type JobState, jobFromRow } from './job.js';
+import type {
+  CompleteManyResult,
+  FailItem,
+  FailResult,
+  JobStore,
+  QueueTxManager,
+  ReapResult,
+  TaskMap,
+} from './job-store.js';
 import { type MigrateResult, migrateQueue, notifyChannel } from './migrate-queue.js';
 import { type PayloadInput, type PayloadSchema, validatePayload } from './payload-schema.js';
 import {
@@ -26,20 +36,11 @@ import {
   redriveOptionsSchema,
 } from './queue-options.js';
 import { type QueueStatements, queueStatements } from './queue-sql.js';
-import { type InvalidLease, invalidLease, isJobId, splitLeases } from './split-leases.js';
-import type { WorkHandlers, WorkOptionsInput } from './worker.js';
+import { invalidLease, isJobId, splitLeases } from './split-leases.js';
+import type { WorkHandlers, WorkOptionsInput } from './work-options.js';
 import { QueueWorker } from './worker.js';
 
-/** Task name → schema of its payload (zod from the user's copy, or any Standard Schema). */
-export type TaskMap = Readonly<Record<string, PayloadSchema>>;
-
-/**
- * The part of `TxManager` the queue uses: `do(fn)` runs `fn` in one transaction and returns its
- * `Result` (an `Err` returned by `fn` rolls back and comes back as the `Err`).
- */
-export interface QueueTxManager {
-  do<R>(fn: (tx: Tx) => R): ResultAsync<unknown, unknown>;
-}
+export type { CompleteManyResult, FailItem, FailResult, QueueTxManager, ReapResult, TaskMap };
 
 /** Options of {@link Queue} (see `queueOptionsSchema` for every field). */
 export type QueueOptions<T extends TaskMap> = Omit<
@@ -73,40 +74,6 @@ export interface EnqueueManyResult {
   readonly ids: readonly string[];
   /** Payloads skipped because a live job already had their key. */
   readonly skipped: number;
-}
-
-/** Result of {@link Queue.completeMany}. */
-export interface CompleteManyResult {
-  /** Ids completed. */
-  readonly completed: string[];
-  /** Ids whose lease was lost (someone else owns the job now; nothing changed). */
-  readonly lost: string[];
-  /** Items with a malformed id or lease token, each with its error (sent nowhere). */
-  readonly invalid: InvalidLease[];
-}
-
-/** Result of {@link Queue.fail}. */
-export interface FailResult {
-  /** 'pending' (will be retried at runAt) or 'dead' (attempts used up or final). */
-  readonly state: Exclude<JobState, 'running'>;
-  /** When it runs again (meaningful when pending). */
-  readonly runAt: Date;
-}
-
-/** Result of {@link Queue.reap}. */
-export interface ReapResult {
-  /** Jobs whose lease had expired that went back to pending. */
-  readonly requeued: number;
-  /** Jobs whose lease had expired on their last attempt, now dead. */
-  readonly dead: number;
-}
-
-/** One failure to write in {@link Queue.failMany}. */
-export interface FailItem {
-  readonly job: JobLease;
-  readonly error: string;
-  readonly retryInMs?: number | undefined;
-  readonly final?: boolean | undefined;
 }
 
 /** What {@link Queue.stats} reports. */
@@ -175,7 +142,7 @@ const NUL_IN_JSON = /(?<!\\)(?:\\\\)*\\u(?:0000|d[89a-f][0-9a-f]{2})/i;
  * const worker = queue.work({ email: async (job) => sendMail(job.payload.to) }, { concurrency: 8 });
  * await worker.stop();
  */
-export class Queue<T extends TaskMap = TaskMap> {
+export class Queue<T extends TaskMap = TaskMap> implements JobStore {
   /** The pool the queue's own statements run on. */
   readonly pool: pg.Pool;
   /** The TxManager that runs handler transactions. */
@@ -676,23 +643,6 @@ export class Queue<T extends TaskMap = TaskMap> {
    */
   work(handlers: WorkHandlers<T>, options: WorkOptionsInput = {}): QueueWorker<T> {
     return new QueueWorker(this, handlers, options);
-  }
-}
-
-/** A short text for an error stored in last_error. */
-export function errorText(error: unknown): string {
-  if (error instanceof Error) return `${error.name}: ${error.message}`;
-  if (typeof error === 'string') return error;
-  try {
-    return JSON.stringify(error) ?? String(error);
-  } catch {
-    // String() itself throws on a null-prototype object (and on a throwing toString): fail() then
-    // rejected with a TypeError instead of recording the failure (found by test/property/fuzz-queue).
-    try {
-      return String(error);
-    } catch {
-      return Object.prototype.toString.call(error);
-    }
   }
 }
 

@@ -1,7 +1,7 @@
 import { err, ok, type Result } from 'neverthrow';
 import { type DatabaseFailure, DbError, LeaseLost } from '../../errors/errors.js';
 import type { JobLease } from './job.js';
-import type { FailItem, FailResult, Queue } from './queue.js';
+import type { FailItem, FailResult, JobStore } from './job-store.js';
 
 /** Outcome of one settle: the job's fate, or why it could not be settled. */
 export type SettleOutcome<V> = Result<V, LeaseLost | DatabaseFailure>;
@@ -13,7 +13,11 @@ interface Waiting<I, V> {
 
 /** Options of {@link SettleBatcher}. */
 export interface SettleBatcherOptions {
-  /** Collect settles for this many ms before writing (0: write on the next tick). */
+  /**
+   * Collect settles for this many ms before writing. 0 (the worker's default): adaptive — the settles of
+   * one tick go in one statement at once, and while a statement is in flight the next ones gather for
+   * the statement that follows it, so the batch grows with the load and a lone settle waits for nothing.
+   */
   readonly delayMs: number;
   /** Write at once when this many settles are waiting. */
   readonly maxBatch: number;
@@ -32,15 +36,16 @@ export interface SettleBatcherOptions {
  * await batcher.flush();
  */
 export class SettleBatcher {
-  readonly #queue: Queue;
+  readonly #store: Pick<JobStore, 'completeMany' | 'failMany'>;
   readonly #options: SettleBatcherOptions;
   #completions: Waiting<JobLease, 'completed'>[] = [];
   #failures: Waiting<FailItem, FailResult>[] = [];
   #timer: ReturnType<typeof setTimeout> | undefined;
+  #immediate: ReturnType<typeof setImmediate> | undefined;
   readonly #inFlight = new Set<Promise<void>>();
 
-  constructor(queue: Queue, options: SettleBatcherOptions) {
-    this.#queue = queue;
+  constructor(store: Pick<JobStore, 'completeMany' | 'failMany'>, options: SettleBatcherOptions) {
+    this.#store = store;
     this.#options = options;
   }
 
@@ -72,12 +77,20 @@ export class SettleBatcher {
       this.#write();
       return;
     }
-    this.#timer ??= setTimeout(() => this.#write(), this.#options.delayMs);
+    if (this.#options.delayMs > 0) {
+      this.#timer ??= setTimeout(() => this.#write(), this.#options.delayMs);
+      return;
+    }
+    // Adaptive: a statement in flight takes the next batch with it when it ends (see #track).
+    if (this.#inFlight.size > 0) return;
+    this.#immediate ??= setImmediate(() => this.#write());
   }
 
   #write(): void {
     clearTimeout(this.#timer);
     this.#timer = undefined;
+    clearImmediate(this.#immediate);
+    this.#immediate = undefined;
     const completions = this.#completions;
     const failures = this.#failures;
     this.#completions = [];
@@ -88,12 +101,16 @@ export class SettleBatcher {
 
   #track(p: Promise<void>): void {
     this.#inFlight.add(p);
-    void p.finally(() => this.#inFlight.delete(p));
+    void p.finally(() => {
+      this.#inFlight.delete(p);
+      // The settles that gathered while this statement ran go now, in one statement.
+      if (this.#inFlight.size === 0 && this.#options.delayMs === 0) this.#write();
+    });
   }
 
   async #writeCompletions(batch: Waiting<JobLease, 'completed'>[]): Promise<void> {
     try {
-      const r = await this.#queue.completeMany(batch.map((w) => w.item));
+      const r = await this.#store.completeMany(batch.map((w) => w.item));
       if (r.isErr()) {
         for (const w of batch) w.resolve(err(r.error));
         return;
@@ -108,7 +125,7 @@ export class SettleBatcher {
 
   async #writeFailures(batch: Waiting<FailItem, FailResult>[]): Promise<void> {
     try {
-      const r = await this.#queue.failMany(batch.map((w) => w.item));
+      const r = await this.#store.failMany(batch.map((w) => w.item));
       if (r.isErr()) {
         for (const w of batch) w.resolve(err(r.error));
         return;

@@ -1,8 +1,20 @@
+/**
+ * Queue migration 2: the claim statement as a function with a pinned plan, and autovacuum settings.
+ * '{{schema}}' is replaced by the quoted schema name and '{{channel}}' by the quoted NOTIFY channel
+ * literal before it runs. A string constant in the JavaScript: no file is read at run time (bundlers).
+ *
+ * @example
+ * await client.query(claimFunctionMigration.sql.replaceAll('{{schema}}', '"jobs"'));
+ */
+export const claimFunctionMigration = {
+  version: 2,
+  name: '002_claim_function.sql',
+  sql: `
 -- pg-txkit queue, migration 2: the claim statement as a function with a pinned plan, and autovacuum
 -- settings for a hot queue table. Runs inside migrate()'s transaction under pg_advisory_xact_lock.
 
 -- Claim up to n runnable jobs: ONE statement (a MATERIALIZED CTE with FOR UPDATE SKIP LOCKED, then
--- UPDATE … RETURNING), called as `SELECT * FROM claim_jobs(n, lease_ms, tasks)`.
+-- UPDATE … RETURNING), called as 'SELECT * FROM claim_jobs(n, lease_ms, tasks)'.
 -- Locks: FOR UPDATE row locks on the chosen pending rows, SKIP LOCKED; the UPDATE keeps them until the
 -- calling autocommit statement ends (microseconds). After that the lease (lease_token +
 -- lease_expires_at) is what marks a job as taken; no lock or session outlives the statement.
@@ -52,3 +64,5 @@ ALTER TABLE {{schema}}.jobs SET (
   autovacuum_analyze_scale_factor = 0.02,
   autovacuum_vacuum_insert_scale_factor = 0.02
 );
+`,
+} as const;

@@ -1,10 +1,22 @@
+/**
+ * Queue migration 1: the jobs table, its indexes, the retry-delay function and the wake-up trigger.
+ * '{{schema}}' is replaced by the quoted schema name and '{{channel}}' by the quoted NOTIFY channel
+ * literal before it runs. A string constant in the JavaScript: no file is read at run time (bundlers).
+ *
+ * @example
+ * await client.query(jobsMigration.sql.replaceAll('{{schema}}', '"jobs"'));
+ */
+export const jobsMigration = {
+  version: 1,
+  name: '001_jobs.sql',
+  sql: `
 -- pg-txkit queue, migration 1: the jobs table, its indexes, the retry-delay function and the
--- wake-up trigger. `{{schema}}` is replaced by the quoted schema name and `{{channel}}` by the quoted
+-- wake-up trigger. '{{schema}}' is replaced by the quoted schema name and '{{channel}}' by the quoted
 -- NOTIFY channel literal before this runs (inside migrate()'s transaction, under
 -- pg_advisory_xact_lock, so two processes starting at once never apply it twice).
 
 -- The hot table: only pending, running and dead jobs live here. A completed job is deleted (or moved
--- to jobs_archive when the queue is configured with `archive: true`), so the table and its indexes
+-- to jobs_archive when the queue is configured with 'archive: true'), so the table and its indexes
 -- stay small and the claim query never wades through finished rows.
 CREATE TABLE {{schema}}.jobs (
   id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -42,7 +54,7 @@ CREATE UNIQUE INDEX jobs_key ON {{schema}}.jobs (task, key)
 -- Dead jobs, for stats and redrive.
 CREATE INDEX jobs_dead ON {{schema}}.jobs (task, id) WHERE state = 'dead';
 
--- Completed (and cancelled) jobs, only when the queue is configured with `archive: true`.
+-- Completed (and cancelled) jobs, only when the queue is configured with 'archive: true'.
 CREATE TABLE {{schema}}.jobs_archive (
   id          bigint      PRIMARY KEY,
   task        text        NOT NULL,
@@ -75,3 +87,5 @@ END $$;
 CREATE TRIGGER jobs_notify AFTER INSERT ON {{schema}}.jobs
   REFERENCING NEW TABLE AS inserted
   FOR EACH STATEMENT EXECUTE FUNCTION {{schema}}.notify_jobs();
+`,
+} as const;

@@ -1,0 +1,94 @@
+import type { ResultAsync } from 'neverthrow';
+import type { DatabaseFailure, InvalidOptions } from '../../errors/errors.js';
+import type { Db, Tx } from '../../tx/types.js';
+import type { Job, JobLease, JobState } from './job.js';
+import type { PayloadSchema } from './payload-schema.js';
+import type { InvalidLease } from './split-leases.js';
+
+/** Task name → schema of its payload (zod from the user's copy, or any Standard Schema). */
+export type TaskMap = Readonly<Record<string, PayloadSchema>>;
+
+/**
+ * The part of `TxManager` the queue uses: `do(fn)` runs `fn` in one transaction and returns its
+ * `Result` (an `Err` returned by `fn` rolls back and comes back as the `Err`).
+ */
+export interface QueueTxManager {
+  do<R>(fn: (tx: Tx) => R): ResultAsync<unknown, unknown>;
+}
+
+/** One failure to write in a batch (`failMany`). */
+export interface FailItem {
+  readonly job: JobLease;
+  readonly error: string;
+  readonly retryInMs?: number | undefined;
+  readonly final?: boolean | undefined;
+}
+
+/** The outcome of a written failure. */
+export interface FailResult {
+  /** 'pending' (will be retried at runAt) or 'dead' (attempts used up or final). */
+  readonly state: Exclude<JobState, 'running'>;
+  /** When it runs again (meaningful when pending). */
+  readonly runAt: Date;
+}
+
+/** The outcome of a batch completion (`completeMany`). */
+export interface CompleteManyResult {
+  /** Ids completed. */
+  readonly completed: string[];
+  /** Ids whose lease was lost (someone else owns the job now; nothing changed). */
+  readonly lost: string[];
+  /** Items with a malformed id or lease token, each with its error (sent nowhere). */
+  readonly invalid: InvalidLease[];
+}
+
+/** The outcome of a reaper pass (`reap`). */
+export interface ReapResult {
+  /** Jobs whose lease had expired that went back to pending. */
+  readonly requeued: number;
+  /** Jobs whose lease had expired on their last attempt, now dead. */
+  readonly dead: number;
+}
+
+/**
+ * What a worker and its settle batcher need from the queue: fenced claims and settles, the reaper,
+ * the completion inside a handler's transaction, and where to LISTEN. `Queue` implements it; the worker
+ * depends on this interface only (as River's completer depends on an executor), so the path of a job
+ * reads top-down — enqueue (Queue) → claim (worker's loop) → handler (HandlerRunner) → settle
+ * (SettleBatcher) — without an import cycle back to the queue.
+ *
+ * @example
+ * const store: JobStore = queue;
+ * const jobs = await store.claim({ batch: 10, lease: 30_000, tasks: ['email'] });
+ */
+export interface JobStore {
+  /** The NOTIFY channel workers LISTEN on. */
+  readonly channel: string;
+  /** Default lease of a claim, in ms. */
+  readonly leaseMs: number;
+  /** Where the queue's statements go; the LISTEN session is a connection of its own built from `options`. */
+  readonly pool: { readonly options: import('pg').ClientConfig };
+  /** Runs a handler's transaction together with its job's fenced completion. */
+  readonly txManager: QueueTxManager;
+  /** Claims up to `batch` runnable jobs of `tasks` in one statement, each with a fresh lease. */
+  claim(options: {
+    batch: number;
+    lease: number;
+    tasks: string[];
+  }): ResultAsync<Job[], InvalidOptions | DatabaseFailure>;
+  /** Completes many jobs in one fenced statement. */
+  completeMany(jobs: readonly JobLease[]): ResultAsync<CompleteManyResult, DatabaseFailure>;
+  /** Records many failed attempts in one fenced statement. */
+  failMany(items: readonly FailItem[]): ResultAsync<Map<string, FailResult>, DatabaseFailure>;
+  /** Extends many leases in one fenced statement (heartbeat). */
+  extendMany(
+    jobs: readonly JobLease[],
+    lease: number,
+  ): ResultAsync<Map<string, Date>, InvalidOptions | DatabaseFailure>;
+  /** Gives running jobs back without charging the attempt. */
+  release(jobs: readonly JobLease[]): ResultAsync<string[], DatabaseFailure>;
+  /** Returns expired leases to pending (or dead). */
+  reap(): ResultAsync<ReapResult, InvalidOptions | DatabaseFailure>;
+  /** The fenced completion of `job` on `db` (a transaction); driver errors propagate. */
+  completeWithin(db: Db, job: JobLease): Promise<boolean>;
+}

@@ -1,0 +1,134 @@
+import type { ResultAsync } from 'neverthrow';
+import { z } from 'zod/v4';
+import type { LeaseLost, TxKitError } from '../../errors/errors.js';
+import type { Tx } from '../../tx/types.js';
+import type { Job } from './job.js';
+import type { TaskMap } from './job-store.js';
+import type { PayloadOutput } from './payload-schema.js';
+import { durationSchema } from './queue-options.js';
+
+/** What a handler gets besides its job. */
+export interface JobContext {
+  /**
+   * Aborted when the handler times out (`handlerTimeout`), when the worker is forced to stop, or when
+   * the heartbeat finds the lease lost. Pass it to fetch/HTTP clients.
+   */
+  readonly signal: AbortSignal;
+  /**
+   * Runs `fn(tx)` in ONE transaction together with this job's fenced completion: the handler's
+   * database writes commit if and only if the job is completed, so they happen exactly once even if
+   * the job is run again. If the lease was lost, the transaction rolls back and `LeaseLost` comes
+   * back. Call it at most once per run; when it returns an `Err`, the job is failed.
+   * External side effects (HTTP, e-mail) are at-least-once: make them idempotent.
+   *
+   * @example
+   * const r = await ctx.transaction((tx) => tx.query('INSERT INTO receipts (order_id) VALUES ($1)', [job.payload.orderId]));
+   * if (r.isErr()) throw r.error;
+   */
+  transaction<R>(fn: (tx: Tx) => Promise<R> | R): ResultAsync<R, LeaseLost | TxKitError>;
+}
+
+/** A task handler: resolve to complete the job, throw (or reject) to fail it. */
+export type JobHandler<P> = (job: Job<P>, context: JobContext) => unknown;
+
+/** Task name → handler. The worker only claims tasks it has a handler for. */
+export type WorkHandlers<T extends TaskMap> = { readonly [K in keyof T]?: JobHandler<PayloadOutput<T[K]>> };
+
+/** How a job's run ended. */
+export type JobOutcome = 'completed' | 'failed' | 'dead' | 'lost' | 'released' | 'unsettled';
+
+/** Reported by {@link WorkerHooks.onJobEnd}. */
+export interface JobEndEvent {
+  readonly job: Job;
+  /**
+   * completed; failed (will retry); dead (attempts used up); lost (lease lost: someone else owns the
+   * job now, nothing written); released (given back on a forced stop); unsettled (the settle could
+   * not be written — the lease will expire and the reaper re-queues it).
+   */
+  readonly outcome: JobOutcome;
+  /** The handler's error (failed/dead) or the settle's error (lost/unsettled). */
+  readonly error?: unknown;
+  /** Handler run time in ms. */
+  readonly durationMs: number;
+}
+
+/** Where an error reported by {@link WorkerHooks.onError} happened. */
+export type WorkerPhase =
+  | 'claim'
+  | 'settle'
+  | 'heartbeat'
+  | 'reap'
+  | 'listen'
+  | 'release'
+  | 'hook'
+  | 'worker';
+
+/** Observability hooks. Errors thrown by hooks are caught (and reported to onError once). */
+export interface WorkerHooks {
+  /** An error outside handlers (database down, LISTEN lost …). The worker keeps going. */
+  onError?(error: unknown, phase: WorkerPhase): void;
+  /** A handler is about to run. */
+  onJobStart?(job: Job): void;
+  /** A job's run ended. */
+  onJobEnd?(event: JobEndEvent): void;
+}
+
+/** Options of `queue.work()` (validated; the type comes from this schema). */
+export const workOptionsSchema = z.strictObject({
+  /** Handlers running at once. */
+  concurrency: z.number().int().min(1).max(1000).default(4),
+  /** Most jobs claimed per statement (the worker claims min(batch, free slots + free local queue)). */
+  batch: z.number().int().min(1).max(1000).default(500),
+  /**
+   * Jobs claimed ahead of free handler slots and held (leased, heartbeated) in a local queue, so one
+   * claim statement feeds many short handlers. 'auto' (default): adapts to the backlog — 0 while claims
+   * come back short (low load: claim only for free slots, nothing hoarded, lowest latency), doubling
+   * up to `batch` while claims come back full (a backlog: few big claims). A number fixes it.
+   * Buffered jobs are released at once on stop.
+   */
+  prefetch: z.union([z.literal('auto'), z.number().int().min(0).max(10_000)]).default('auto'),
+  /** Aborting it stops the worker gracefully (same as stop()). */
+  signal: z.custom<AbortSignal>((v) => v instanceof AbortSignal, 'an AbortSignal').optional(),
+  /** Polling backstop: claim at least this often when idle (and the only wake-up without LISTEN). */
+  pollInterval: durationSchema.default(1000),
+  /** LISTEN for enqueue notifications on a dedicated pooled connection (false behind PgBouncer transaction pooling). */
+  listen: z.boolean().default(true),
+  /** Lease per claim (default: the queue's); the worker extends it while a handler runs. */
+  lease: durationSchema.optional(),
+  /** Abort a handler (signal) and fail its job after this long. */
+  handlerTimeout: durationSchema.optional(),
+  /** On stop, wait this long for running handlers, then abort them and release their jobs. */
+  graceMs: durationSchema.default(10_000),
+  /** Batch completions and failures into one statement each. */
+  batchSettles: z.boolean().default(true),
+  /**
+   * How long settles are collected before they are written. 0 (default): adaptive — written at once,
+   * and those arriving while a settle statement is in flight go together in the next one.
+   */
+  settleDelay: durationSchema.default(0),
+  /** Write settles at once when this many are waiting. */
+  maxSettleBatch: z.number().int().min(1).max(10_000).default(500),
+  /** Run the reaper this often (0: never; another worker or a cron must). */
+  reapInterval: durationSchema.default(5000),
+  /** Hooks for errors and job events. */
+  hooks: z
+    .custom<WorkerHooks>((v) => typeof v === 'object' && v !== null, 'an object of hook functions')
+    .optional(),
+});
+
+/** Options of `queue.work()`. */
+export type WorkOptionsInput = z.input<typeof workOptionsSchema>;
+/** Options of `queue.work()` after defaults. */
+export type WorkOptions = z.output<typeof workOptionsSchema>;
+
+/** Counters of a worker's life so far. */
+export interface WorkerCounters {
+  readonly started: number;
+  readonly completed: number;
+  readonly failed: number;
+  readonly dead: number;
+  readonly lost: number;
+  readonly released: number;
+  readonly unsettled: number;
+  readonly errors: number;
+}
