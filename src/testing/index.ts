@@ -9,6 +9,16 @@ export {
   isolationLevel,
   type SessionsSteps,
 } from './arbitraries.js';
+export {
+  type ExploreCounterexample,
+  type ExploreDb,
+  type ExploreFastCheck,
+  type ExploreInvariant,
+  type ExploreOptions,
+  type ExploreReport,
+  type ExploreStep,
+  explore,
+} from './explore.js';
 export { FaultProxy, type FaultProxyOptions } from './fault-proxy.js';
 export { type FormatOutcomesOptions, formatOutcomes } from './format-outcomes.js';
 export { type FormatResultSetInput, formatResultSet } from './format-result-set.js';
