@@ -6,6 +6,7 @@ import { ConnectError, oneLine, parseConnectionUrl, UsageError } from './connect
 import { runDemo } from './demo.js';
 import { runDoctor } from './doctor.js';
 import { EXIT } from './exit-codes.js';
+import { runIsolation } from './isolation.js';
 
 function version(): string {
   try {
@@ -183,6 +184,20 @@ export async function main(argv: string[], ioOverride?: CliIo): Promise<number> 
         },
         io,
       );
+    });
+
+  program
+    .command('isolation')
+    .description("run a PostgreSQL isolation test spec (.spec) and print isolationtester's output")
+    .argument('<file.spec>', 'the spec file')
+    .option('--url <conn>', 'connection string (default: $DATABASE_URL)')
+    .option(
+      '--expected <file.out>',
+      'compare with this expected output: print a diff, exit 1 on a difference',
+    )
+    .action(async (spec: string, opts: Record<string, unknown>) => {
+      const url = connection(opts.url as string | undefined, io.env);
+      code = await runIsolation({ url, spec, expected: opts.expected as string | undefined }, io);
     });
 
   try {

@@ -9,17 +9,48 @@ export {
   isolationLevel,
   type SessionsSteps,
 } from './arbitraries.js';
+export {
+  type ExploreCounterexample,
+  type ExploreDb,
+  type ExploreFastCheck,
+  type ExploreInvariant,
+  type ExploreOptions,
+  type ExploreReport,
+  type ExploreStep,
+  explore,
+} from './explore.js';
 export { FaultProxy, type FaultProxyOptions } from './fault-proxy.js';
 export { type FormatOutcomesOptions, formatOutcomes } from './format-outcomes.js';
+export { type FormatResultSetInput, formatResultSet } from './format-result-set.js';
 export { type Gate, gate } from './gate.js';
+export {
+  type IsolationSpec,
+  parseIsolationSpec,
+  type SpecBlocker,
+  type SpecPermutation,
+  type SpecPermutationStep,
+  type SpecSession,
+  type SpecStep,
+  SpecSyntaxError,
+  specPermutations,
+} from './isolation-spec.js';
 // PgBouncer for pooler tests (owned by the advisory module's author; re-exported whole).
 export * from './pgbouncer.js';
+export {
+  type IsolationSpecRun,
+  type RunIsolationSpecOptions,
+  runIsolationSpec,
+  SpecRunError,
+} from './run-isolation-spec.js';
 export {
   Schedule,
   ScheduleError,
   type ScheduleErrorReason,
   type ScheduleOptions,
   type ScheduleStep,
+  type ScheduleStepSpec,
+  type StatementResult,
+  type StepBlocker,
   type StepOutcome,
 } from './schedule.js';
 export {

@@ -1,0 +1,134 @@
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+import { runIsolationSpec } from '../../src/testing/run-isolation-spec.js';
+import { useTestDatabase } from '../helpers.js';
+import { runMain } from './cli-support.js';
+
+const { url } = await useTestDatabase();
+
+const file = (path: string): string => fileURLToPath(new URL(`../isolation/${path}`, import.meta.url));
+const read = (path: string): string => readFileSync(file(path), 'utf8');
+
+async function output(spec: string): Promise<string> {
+  const run = await runIsolationSpec(url, read(spec));
+  if (run.isErr()) throw run.error;
+  return run.value.output;
+}
+
+describe("runIsolationSpec: PostgreSQL's own isolation tests give PostgreSQL's expected output", () => {
+  for (const name of [
+    'nowait',
+    'deadlock-simple',
+    'simple-write-skew',
+    'insert-conflict-do-nothing-2',
+    'eval-plan-qual-partition-prune',
+    'skip-locked',
+  ]) {
+    it(name, async () => {
+      expect(await output(`postgresql/${name}.spec`)).toBe(read(`postgresql/${name}.out`));
+    });
+  }
+});
+
+describe("runIsolationSpec: this library's patterns as specs", () => {
+  for (const name of ['conditional-update', 'no-key-update-rmw', 'skip-locked-dequeue']) {
+    it(name, async () => {
+      expect(await output(`pg-txkit/${name}.spec`)).toBe(read(`pg-txkit/${name}.out`));
+    });
+  }
+
+  it('honours the (*) annotation: the step is reported waiting, and completed after the next step', async () => {
+    const spec = `session s1
+step a { SELECT 1 AS one; }
+session s2
+step b { SELECT 2 AS two; }
+permutation a(*) b`;
+    expect(await output2(spec)).toBe(
+      [
+        'Parsed test spec with 2 sessions',
+        '',
+        'starting permutation: a b',
+        'step a: SELECT 1 AS one; <waiting ...>',
+        'step b: SELECT 2 AS two;',
+        'two',
+        '---',
+        '  2',
+        '(1 row)',
+        '',
+        'step a: <... completed>',
+        'one',
+        '---',
+        '  1',
+        '(1 row)',
+        '',
+        '',
+      ].join('\n'),
+    );
+  });
+
+  it('returns a typed error with the line for a spec the isolation tester refuses, before connecting', async () => {
+    const run = await runIsolationSpec(
+      'postgres://nobody@127.0.0.1:1/none',
+      'session s1\nstep a { }\npermutation b',
+    );
+    expect(run._unsafeUnwrapErr()).toMatchObject({ kind: 'SpecSyntaxError', line: 3 });
+  });
+});
+
+async function output2(spec: string): Promise<string> {
+  const run = await runIsolationSpec(url, spec);
+  if (run.isErr()) throw run.error;
+  return run.value.output;
+}
+
+describe('pg-txkit isolation', () => {
+  it('prints the output, or with --expected only a diff (exit 1 when it differs)', async () => {
+    const spec = file('postgresql/nowait.spec');
+    const printed = await runMain(['isolation', spec, '--url', url]);
+    expect(printed).toMatchObject({ code: 0, stdout: read('postgresql/nowait.out') });
+
+    const same = await runMain([
+      'isolation',
+      spec,
+      '--url',
+      url,
+      '--expected',
+      file('postgresql/nowait.out'),
+    ]);
+    expect(same).toMatchObject({ code: 0, stdout: '' });
+    expect(same.stderr).toContain('6 permutations, output as expected');
+
+    const dir = mkdtempSync(join(tmpdir(), 'pg-txkit-isolation-'));
+    const wrong = join(dir, 'nowait.out');
+    writeFileSync(
+      wrong,
+      read('postgresql/nowait.out').replace('ERROR:  could not obtain lock', 'ERROR:  got the lock'),
+    );
+    const differs = await runMain(['isolation', spec, '--url', url, '--expected', wrong]);
+    expect(differs.code).toBe(1);
+    expect(differs.stdout).toContain(`--- ${wrong}`);
+    expect(differs.stdout).toContain('-ERROR:  got the lock on row in relation "foo"');
+    expect(differs.stdout).toContain('+ERROR:  could not obtain lock on row in relation "foo"');
+    expect(differs.stdout).toMatch(/^@@ -\d+,\d+ \+\d+,\d+ @@$/m);
+  });
+
+  it('exits 2 naming the line of a syntax error, 2 for a missing file, 3 when it cannot connect', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'pg-txkit-isolation-'));
+    const bad = join(dir, 'bad.spec');
+    writeFileSync(bad, 'session s1\nstep a { SELECT 1 }\nstep a { SELECT 2 }\n');
+    const syntax = await runMain(['isolation', bad, '--url', url]);
+    expect(syntax).toMatchObject({ code: 2, stdout: '' });
+    expect(syntax.stderr).toContain('duplicate step name: a at line 3');
+    expect((await runMain(['isolation', join(dir, 'missing.spec'), '--url', url])).code).toBe(2);
+    const down = await runMain([
+      'isolation',
+      file('postgresql/nowait.spec'),
+      '--url',
+      'postgres://u@127.0.0.1:1/x',
+    ]);
+    expect(down.code).toBe(3);
+  });
+});
