@@ -1,4 +1,39 @@
+// The errors module (re-exports only): one class per failure kind, classify(), the SQLSTATE catalogue.
+// src/index.ts re-exports all of it but `isConnectionError`, which only the transaction module uses.
 export { classify, isConnectionError } from './classify.js';
-export * from './errors.js';
-export { invalid, parseOptions, toOptionIssues } from './parse-options.js';
-export { SQLSTATE, type SqlStateEntry, sqlState } from './sqlstate.js';
+export {
+  AlreadyDone,
+  type AttemptRecord,
+  CheckViolation,
+  CommitOutcomeUnknown,
+  ConditionFailed,
+  ConnectionLost,
+  type ConstraintFields,
+  type DatabaseFailure,
+  DbError,
+  DeadlockDetected,
+  type DriverErrorFields,
+  ExclusionViolation,
+  ForeignKeyViolation,
+  IdempotencyConflict,
+  InProgress,
+  InvalidOptions,
+  LeaseLost,
+  LockBusy,
+  LockNotAvailable,
+  NotFound,
+  NotInTransaction,
+  NotNullViolation,
+  type OptionIssue,
+  Overlap,
+  PoolExhausted,
+  RetriesExhausted,
+  SerializationFailure,
+  StatementTimeout,
+  type TxError,
+  TxKitError,
+  type TxKitErrorKind,
+  UniqueViolation,
+  UnknownTask,
+} from './errors.js';
+export { SQLSTATE, type SqlStateEntry } from './sqlstate.js';

@@ -1,4 +1,5 @@
-// Public surface of 'pg-txkit/testing' (re-exports only).
+// Public surface of 'pg-txkit/testing' (re-exports only): what docs/testing.md documents, nothing else
+// (test/unit/public-exports.test.ts lists it).
 export {
   allInterleavings,
   type FastCheckModule,
@@ -12,8 +13,12 @@ export {
 export { FaultProxy, type FaultProxyOptions } from './fault-proxy.js';
 export { type FormatOutcomesOptions, formatOutcomes } from './format-outcomes.js';
 export { type Gate, gate } from './gate.js';
-// PgBouncer for pooler tests (owned by the advisory module's author; re-exported whole).
-export * from './pgbouncer.js';
+export {
+  PgBouncerNotInstalled,
+  type StartedPgBouncer,
+  type StartPgBouncerOptions,
+  startPgBouncer,
+} from './pgbouncer.js';
 export {
   Schedule,
   ScheduleError,
@@ -23,16 +28,9 @@ export {
   type StepOutcome,
 } from './schedule.js';
 export {
-  type EmbeddedPostgresPackage,
-  locateEmbeddedPostgres,
-  PG_MAJOR_ENV,
-  PG_MAJORS,
   type PgMajor,
   type PostgresProvider,
   PostgresStartError,
-  parseStartPostgresOptions,
-  providerOrder,
-  resolvePgMajor,
   type StartedPostgres,
   type StartPostgresOptions,
   startPostgres,
@@ -42,7 +40,6 @@ export {
   createTestDatabase,
   type EnsureTemplateOptions,
   ensureTemplate,
-  TEMPLATE_EXTENSIONS,
   type TestDatabase,
   withDatabase,
 } from './test-database.js';

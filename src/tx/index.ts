@@ -2,7 +2,7 @@
 
 export { type Backoff, fullJitterDelay } from './backoff.js';
 export { type BeginSettings, beginSql } from './begin-sql.js';
-export { type Duration, durationSchema, MAX_DURATION_MS } from './duration.js';
+export { type Duration, durationSchema } from './duration.js';
 export type {
   CallbackErrorEvent,
   CommitEvent,
@@ -19,7 +19,6 @@ export {
   type ConstraintMap,
   type ConstraintViolation,
   type TxManagerOptions,
-  txManagerOptionsSchema,
 } from './tx-manager-options.js';
 export {
   DEFAULT_RETRY_ON,
@@ -37,4 +36,4 @@ export {
 } from './tx-options.js';
 export { TxUsageError, type TxUsageReason } from './tx-usage-error.js';
 export type { AfterCommit, AfterRollback, Db, Isolation, Queryable, Tx } from './types.js';
-export { inTransaction, isTx, TX } from './types.js';
+export { isTx } from './types.js';

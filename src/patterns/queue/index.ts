@@ -1,13 +1,12 @@
 // Public surface of the queue module (re-exports only).
 export type { EnqueuedJob, Job, JobLease, JobState } from './job.js';
-export { type MigrateResult, migrateQueue } from './migrate-queue.js';
+export type { MigrateResult } from './migrate-queue.js';
 export {
   type ClaimOptions,
   type EnqueueError,
   type EnqueueManyOptions,
   type EnqueueManyResult,
   type EnqueueOptions,
-  errorText as jobErrorText,
   type FailItem,
   type FailOptions,
   type FailResult,
@@ -21,9 +20,7 @@ export {
   type SettleError,
   type TaskMap,
 } from './queue.js';
-export { SettleBatcher, type SettleBatcherOptions, type SettleOutcome } from './settle-batcher.js';
 export {
-  HandlerTimeoutError,
   type JobContext,
   type JobEndEvent,
   type JobHandler,
