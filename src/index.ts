@@ -1,6 +1,47 @@
-// Public surface of 'pg-txkit' (re-exports only).
+// Public surface of 'pg-txkit' (re-exports only): what README.md and docs/ document, nothing else
+// (test/unit/public-exports.test.ts lists it; an export added by accident fails there).
 export * from './diagnostics/index.js';
-export * from './errors/index.js';
+export {
+  AlreadyDone,
+  type AttemptRecord,
+  CheckViolation,
+  CommitOutcomeUnknown,
+  ConditionFailed,
+  ConnectionLost,
+  type ConstraintFields,
+  classify,
+  type DatabaseFailure,
+  DbError,
+  DeadlockDetected,
+  type DriverErrorFields,
+  ExclusionViolation,
+  ForeignKeyViolation,
+  IdempotencyConflict,
+  IdleInTransactionTimeout,
+  InProgress,
+  InvalidOptions,
+  isTxKitError,
+  LeaseLost,
+  LockBusy,
+  LockNotAvailable,
+  NotFound,
+  NotInTransaction,
+  NotNullViolation,
+  type OptionIssue,
+  Overlap,
+  PoolExhausted,
+  QueryTimeout,
+  RetriesExhausted,
+  SerializationFailure,
+  SQLSTATE,
+  type SqlStateEntry,
+  StatementTimeout,
+  type TxError,
+  TxKitError,
+  type TxKitErrorKind,
+  UniqueViolation,
+  UnknownTask,
+} from './errors/index.js';
 export * from './patterns/advisory/index.js';
 export * from './patterns/index.js';
 export * from './patterns/queue/index.js';

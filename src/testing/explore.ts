@@ -1,6 +1,6 @@
 import type * as FastCheck from 'fast-check';
 import pg from 'pg';
-import { z } from 'zod';
+import { z } from 'zod/v4';
 import { parseOptions } from '../errors/parse-options.js';
 import { allInterleavings, type Interleaved, interleavingCount, interleavings } from './arbitraries.js';
 import { formatOutcomes } from './format-outcomes.js';

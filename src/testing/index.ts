@@ -1,4 +1,5 @@
-// Public surface of 'pg-txkit/testing' (re-exports only).
+// Public surface of 'pg-txkit/testing' (re-exports only): what docs/testing.md documents, nothing else
+// (test/unit/public-exports.test.ts lists it).
 export {
   allInterleavings,
   type FastCheckModule,
@@ -34,8 +35,12 @@ export {
   SpecSyntaxError,
   specPermutations,
 } from './isolation-spec.js';
-// PgBouncer for pooler tests (owned by the advisory module's author; re-exported whole).
-export * from './pgbouncer.js';
+export {
+  PgBouncerNotInstalled,
+  type StartedPgBouncer,
+  type StartPgBouncerOptions,
+  startPgBouncer,
+} from './pgbouncer.js';
 export {
   type IsolationSpecRun,
   type RunIsolationSpecOptions,
@@ -54,16 +59,9 @@ export {
   type StepOutcome,
 } from './schedule.js';
 export {
-  type EmbeddedPostgresPackage,
-  locateEmbeddedPostgres,
-  PG_MAJOR_ENV,
-  PG_MAJORS,
   type PgMajor,
   type PostgresProvider,
   PostgresStartError,
-  parseStartPostgresOptions,
-  providerOrder,
-  resolvePgMajor,
   type StartedPostgres,
   type StartPostgresOptions,
   startPostgres,
@@ -73,7 +71,6 @@ export {
   createTestDatabase,
   type EnsureTemplateOptions,
   ensureTemplate,
-  TEMPLATE_EXTENSIONS,
   type TestDatabase,
   withDatabase,
 } from './test-database.js';

@@ -1,6 +1,6 @@
 import { err, ok, type Result } from 'neverthrow';
 import pg from 'pg';
-import { z } from 'zod';
+import { z } from 'zod/v4';
 import type { InvalidOptions } from '../errors/index.js';
 import { parseOptions } from '../errors/parse-options.js';
 import { formatResultSet } from './format-result-set.js';

@@ -2,7 +2,7 @@
 
 export { type Backoff, fullJitterDelay } from './backoff.js';
 export { type BeginSettings, beginSql } from './begin-sql.js';
-export { type Duration, durationSchema, MAX_DURATION_MS } from './duration.js';
+export { type Duration, durationSchema } from './duration.js';
 export type {
   CallbackErrorEvent,
   CommitEvent,
@@ -15,12 +15,11 @@ export type {
 export { planScope, type ScopePlan } from './propagation.js';
 export { type AttemptOutcome, type RetryPolicy, withRetry } from './retry.js';
 export { type ErrOf, type OkOf, type TxCallback, TxManager } from './tx-manager.js';
-export {
-  type ConstraintErrors,
-  type ConstraintMap,
-  type ConstraintViolation,
-  type TxManagerOptions,
-  txManagerOptionsSchema,
+export type {
+  ConstraintErrors,
+  ConstraintMap,
+  ConstraintViolation,
+  TxManagerOptions,
 } from './tx-manager-options.js';
 export {
   DEFAULT_RETRY_ON,
@@ -38,4 +37,4 @@ export {
 } from './tx-options.js';
 export { TxUsageError, type TxUsageReason } from './tx-usage-error.js';
 export type { AfterCommit, AfterRollback, Db, Isolation, Queryable, Tx } from './types.js';
-export { inTransaction, isTx, TX } from './types.js';
+export { isTx } from './types.js';

@@ -1,9 +1,7 @@
 // Public surface of the queue module (re-exports only).
-export { errorText as jobErrorText } from './error-text.js';
 export { HandlerTimeoutError } from './handler-runner.js';
 export type { EnqueuedJob, Job, JobLease, JobState } from './job.js';
-export type { JobStore } from './job-store.js';
-export { type MigrateResult, migrateQueue } from './migrate-queue.js';
+export type { MigrateResult } from './migrate-queue.js';
 export {
   type ClaimOptions,
   type CompleteManyResult,
@@ -24,8 +22,6 @@ export {
   type SettleError,
   type TaskMap,
 } from './queue.js';
-export { SettleBatcher, type SettleBatcherOptions, type SettleOutcome } from './settle-batcher.js';
-export type { InvalidLease } from './split-leases.js';
 export type {
   JobContext,
   JobEndEvent,

@@ -1,0 +1,135 @@
+// Type-level tests of the public signatures, through the package's entry (src/index.ts). They are
+// checked by `npm run typecheck` (tsc over test/); at run time the bodies are only declared, never
+// called (the values are `declare`d, not built).
+import type { ResultAsync } from 'neverthrow';
+import type pg from 'pg';
+import { describe, expectTypeOf, it } from 'vitest';
+import { z } from 'zod';
+import {
+  type DatabaseFailure,
+  type Db,
+  type insertOnce,
+  type Job,
+  type lockRows,
+  Queue,
+  type SessionLock,
+  type safeDdl,
+  singleRun,
+  type TxManager,
+  type updateWhere,
+  withAdvisoryLock,
+} from '../../src/index.js';
+
+/** Declares a block of type assertions without running it. */
+const typesOnly = (block: () => void): void => {
+  expectTypeOf(block).toBeFunction();
+};
+
+/** The `kind`s an operation's Err can carry. */
+type ErrKinds<R> =
+  R extends ResultAsync<unknown, infer E> ? (E extends { kind: infer K } ? K : never) : never;
+type DbKinds = DatabaseFailure['kind'];
+
+declare const pool: pg.Pool;
+declare const db: Db;
+declare const tm: TxManager;
+
+const tasks = {
+  email: z.object({ to: z.email() }),
+  resize: z.object({ url: z.url(), width: z.number().int().default(800) }),
+};
+declare const queue: Queue<typeof tasks>;
+
+describe('queue payload types come from the task schemas', () => {
+  it('enqueue takes the schema input (defaults optional); an unknown task name does not compile', () =>
+    typesOnly(() => {
+      expectTypeOf(queue.enqueue<'resize'>)
+        .parameter(2)
+        .toEqualTypeOf<{ url: string; width?: number | undefined }>();
+      expectTypeOf(queue.enqueue<'email'>)
+        .parameter(2)
+        .toEqualTypeOf<{ to: string }>();
+      // @ts-expect-error: no such task
+      queue.enqueue(db, 'sms', { to: 'x' });
+      // @ts-expect-error: a payload of the wrong shape
+      queue.enqueue(db, 'email', { address: 'x' });
+    }));
+
+  it("a handler's job.payload is the schema output (defaults applied)", () =>
+    typesOnly(() => {
+      queue.work({
+        resize: (job) => {
+          expectTypeOf(job).toEqualTypeOf<Job<{ url: string; width: number }>>();
+        },
+        email: (job) => {
+          expectTypeOf(job.payload).toEqualTypeOf<{ to: string }>();
+        },
+      });
+    }));
+
+  it('a Standard Schema that is not zod types its payloads too', () =>
+    typesOnly(() => {
+      const positive = {
+        '~standard': {
+          version: 1 as const,
+          vendor: 'hand-written',
+          validate: (v: unknown) =>
+            typeof v === 'number' ? { value: v } : { issues: [{ message: 'a number' }] },
+          types: undefined as { input: number; output: number } | undefined,
+        },
+      };
+      const q = new Queue({ pool, txManager: tm, tasks: { n: positive } });
+      expectTypeOf(q.enqueue<'n'>)
+        .parameter(2)
+        .toEqualTypeOf<number>();
+    }));
+
+  it('error kinds of the queue operations', () =>
+    typesOnly(() => {
+      expectTypeOf<ErrKinds<ReturnType<typeof queue.enqueue>>>().toEqualTypeOf<
+        'UnknownTask' | 'InvalidOptions' | 'NotFound' | DbKinds
+      >();
+      expectTypeOf<ErrKinds<ReturnType<typeof queue.claim>>>().toEqualTypeOf<'InvalidOptions' | DbKinds>();
+      expectTypeOf<ErrKinds<ReturnType<typeof queue.complete>>>().toEqualTypeOf<
+        'LeaseLost' | 'InvalidOptions' | DbKinds
+      >();
+    }));
+});
+
+describe('error kinds per function', () => {
+  it('patterns', () =>
+    typesOnly(() => {
+      expectTypeOf<ErrKinds<ReturnType<typeof updateWhere>>>().toEqualTypeOf<
+        'ConditionFailed' | 'NotFound' | 'InvalidOptions' | DbKinds
+      >();
+      expectTypeOf<ErrKinds<ReturnType<typeof lockRows>>>().toEqualTypeOf<
+        'InvalidOptions' | 'NotInTransaction' | DbKinds
+      >();
+      expectTypeOf<ErrKinds<ReturnType<typeof insertOnce>>>().toEqualTypeOf<'InvalidOptions' | DbKinds>();
+      expectTypeOf<ErrKinds<ReturnType<typeof safeDdl>>>().toEqualTypeOf<
+        'InvalidOptions' | 'RetriesExhausted' | DbKinds
+      >();
+    }));
+
+  it('advisory locks: the callback’s own error type joins the lock’s kinds', () =>
+    typesOnly(() => {
+      const locked = withAdvisoryLock(tm, 1n, () => 42);
+      expectTypeOf(locked).toExtend<ResultAsync<number, unknown>>();
+      expectTypeOf<ErrKinds<typeof locked>>().toEqualTypeOf<
+        'LockBusy' | 'LockNotAvailable' | 'InvalidOptions' | 'RetriesExhausted' | 'NotInTransaction' | DbKinds
+      >();
+      const once = singleRun(tm, { name: 'daily', key: '2026-01-01' }, () => 'posted' as const);
+      expectTypeOf(once).toExtend<ResultAsync<'posted', unknown>>();
+      expectTypeOf<ErrKinds<typeof once>>().toEqualTypeOf<
+        'AlreadyDone' | 'LockBusy' | 'InvalidOptions' | 'RetriesExhausted' | 'NotInTransaction' | DbKinds
+      >();
+      expectTypeOf<ErrKinds<ReturnType<typeof SessionLock.acquire>>>().toEqualTypeOf<
+        | 'InvalidOptions'
+        | 'LockBusy'
+        | 'LockNotAvailable'
+        | 'TransactionPoolerDetected'
+        | 'ConnectionLost'
+        | DbKinds
+      >();
+    }));
+});
