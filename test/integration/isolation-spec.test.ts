@@ -132,3 +132,23 @@ describe('pg-txkit isolation', () => {
     expect(down.code).toBe(3);
   });
 });
+
+describe('docs/testing.md', () => {
+  it('the spec example gives the output the page shows', async () => {
+    const doc = readFileSync(new URL('../../docs/testing.md', import.meta.url), 'utf8');
+    const blocks: string[] = [];
+    let open: string[] | undefined;
+    for (const line of doc.split('\n')) {
+      if (line.startsWith('```')) {
+        if (open) blocks.push(open.join('\n'));
+        open = open ? undefined : [];
+      } else open?.push(line);
+    }
+    const spec = blocks.find((b) => b.startsWith('# conditional-update.spec'));
+    const shown = blocks.find((b) => b.startsWith('$ pg-txkit isolation conditional-update.spec'));
+    expect(spec).toBeDefined();
+    expect(shown).toBeDefined();
+    const expected = `${(shown ?? '').split('\n').slice(1).join('\n')}\n`;
+    expect(await output2(spec ?? '')).toBe(expected);
+  });
+});
