@@ -24,6 +24,7 @@ describe("runIsolationSpec: PostgreSQL's own isolation tests give PostgreSQL's e
     'deadlock-simple',
     'simple-write-skew',
     'insert-conflict-do-nothing-2',
+    'insert-conflict-do-update-3',
     'eval-plan-qual-partition-prune',
     'skip-locked',
   ]) {
