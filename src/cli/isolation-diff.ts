@@ -24,7 +24,7 @@ function edits(a: readonly string[], b: readonly string[]): Edit[] {
       j++;
     } else if (
       j < m &&
-      (i >= n || (lcs[i * width + j + 1] as number) >= (lcs[(i + 1) * width + j] as number))
+      (i >= n || (lcs[i * width + j + 1] as number) > (lcs[(i + 1) * width + j] as number))
     ) {
       out.push({ op: '+', line: b[j] as string });
       j++;

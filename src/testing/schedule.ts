@@ -587,7 +587,7 @@ export class Schedule<S extends string = string> {
           if (!next || session.running) continue;
           queue.shift();
           sentAfter.set(next.index, after);
-          await execute(next, after);
+          await execute(next, next.index);
           after = next.index;
           moved = true;
         }

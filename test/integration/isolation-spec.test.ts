@@ -24,6 +24,7 @@ describe("runIsolationSpec: PostgreSQL's own isolation tests give PostgreSQL's e
     'deadlock-simple',
     'simple-write-skew',
     'insert-conflict-do-nothing-2',
+    'insert-conflict-do-update-3',
     'eval-plan-qual-partition-prune',
     'skip-locked',
   ]) {
@@ -130,5 +131,25 @@ describe('pg-txkit isolation', () => {
       'postgres://u@127.0.0.1:1/x',
     ]);
     expect(down.code).toBe(3);
+  });
+});
+
+describe('docs/testing.md', () => {
+  it('the spec example gives the output the page shows', async () => {
+    const doc = readFileSync(new URL('../../docs/testing.md', import.meta.url), 'utf8');
+    const blocks: string[] = [];
+    let open: string[] | undefined;
+    for (const line of doc.split('\n')) {
+      if (line.startsWith('```')) {
+        if (open) blocks.push(open.join('\n'));
+        open = open ? undefined : [];
+      } else open?.push(line);
+    }
+    const spec = blocks.find((b) => b.startsWith('# conditional-update.spec'));
+    const shown = blocks.find((b) => b.startsWith('$ pg-txkit isolation conditional-update.spec'));
+    expect(spec).toBeDefined();
+    expect(shown).toBeDefined();
+    const expected = `${(shown ?? '').split('\n').slice(1).join('\n')}\n`;
+    expect(await output2(spec ?? '')).toBe(expected);
   });
 });

@@ -391,19 +391,26 @@ describe('Schedule: fidelity to the isolation tester', () => {
       });
       await strict.close();
       const any = await open({ blockers: 'any' });
-      const running = any.run([['t1', 'update acct set balance = 0 where id = 1']]);
-      // the step is seen blocked by the holder; it finishes at the end of the run once released
+      await holder.query('SELECT pg_advisory_lock(4242)'); // a session lock, kept after COMMIT
+      const running = any.run([
+        ['t1', 'update acct set balance = 0 where id = 1'], // blocked by the holder's row lock
+        ['t2', 'select pg_advisory_lock(4242)'], // sent only once step 0 was seen blocked
+      ]);
+      // t2 waiting means the schedule already went past step 0: then the holder lets both go
       await new Promise<void>((resolve, reject) => {
         const check = async (): Promise<void> => {
-          const { rows } = await pool.query('SELECT cardinality(pg_blocking_pids($1)) AS n', [any.pid('t1')]);
+          const { rows } = await pool.query('SELECT cardinality(pg_blocking_pids($1)) AS n', [any.pid('t2')]);
           if (rows[0].n > 0) resolve();
           else setImmediate(() => check().catch(reject));
         };
         check().catch(reject);
       });
       await holder.query('COMMIT');
+      await holder.query('SELECT pg_advisory_unlock(4242)');
       const out = await running;
+      expect(out[1]).toMatchObject({ status: 'ok' }); // blocked or not: the holder may let go before the monitor looks
       expect(out[0]).toMatchObject({ blocked: true, status: 'ok', rowCount: 1 });
+      await any.run([['t2', 'select pg_advisory_unlock(4242)']]);
     } finally {
       holder.release();
     }
