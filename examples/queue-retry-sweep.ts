@@ -1,4 +1,4 @@
-// The retry sweep of seed 000, done the way that survives serverless Postgres.
+// The retry sweep of the serverless incidents, done the way that survives serverless Postgres.
 //
 //   DATABASE_URL=postgres://… node --experimental-strip-types examples/queue-retry-sweep.ts   (or tsx)
 //

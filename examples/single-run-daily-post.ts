@@ -1,4 +1,4 @@
-// The daily post of seed 000, done so that it happens exactly once and is never claimed by a replica
+// The daily post of the serverless incidents, done so that it happens exactly once and is never claimed by a replica
 // that cannot finish it.
 //
 //   DATABASE_URL=postgres://… node --experimental-strip-types examples/single-run-daily-post.ts   (or tsx)
@@ -11,7 +11,7 @@
 //   written in the SAME transaction as the post, makes it once (AlreadyDone afterwards) — a lock is not
 //   idempotency. Nothing leaks if a connection dies: COMMIT/ROLLBACK (or the server) releases the lock.
 // - A replica without publish credentials returns an Err BEFORE doing anything: nothing is recorded,
-//   so a replica that can publish does the job on its tick (seed 000, iteration 4).
+//   so a replica that can publish does the job on its tick.
 // - Publishing is an external call: it is NOT done inside the generating transaction. The post and one
 //   `deliveries` row per channel are written together (an outbox); replicas with credentials deliver
 //   them one row per short transaction with FOR UPDATE SKIP LOCKED (no session locks, no duplicates).

@@ -17,7 +17,7 @@ export interface CascadeObservation {
 const DDL = 'ALTER TABLE orders ADD COLUMN delivery_notes text';
 
 /**
- * The seed-003 incident, staged live: a long transaction reads `orders` (ACCESS SHARE), an
+ * The lock-queue incident, staged live: a long transaction reads `orders` (ACCESS SHARE), an
  * `ALTER TABLE orders ADD COLUMN` queues for ACCESS EXCLUSIVE behind it, and readers queue behind the
  * ALTER. Naive side: a plain ALTER — every reader stays stuck as long as the long transaction lasts.
  * Pattern side: {@link safeDdl} with a short lock_timeout — it gives up, the readers go through, and it
@@ -31,7 +31,7 @@ const DDL = 'ALTER TABLE orders ADD COLUMN delivery_notes text';
 export function createCascadeScenario(onObservation?: (o: CascadeObservation) => void): Scenario {
   return {
     id: 'lock-queue-cascade',
-    title: 'ALTER TABLE behind a long transaction (seed 003)',
+    title: 'ALTER TABLE behind a long transaction (the lock-queue incident)',
     pattern: 'safeDdl',
     run: (context) => runCascade(context, onObservation),
   };

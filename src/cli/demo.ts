@@ -80,7 +80,7 @@ export async function loadScenarios(
 
 /**
  * `pg-txkit demo`: runs every scenario (naive vs pattern) on a fresh database each, plus the live
- * seed-003 cascade (doctor's report of it, then safeDdl resolving it), and prints one summary table.
+ * lock-queue cascade (doctor's report of it, then safeDdl resolving it), and prints one summary table.
  * Exit 0 when every pattern row has 0 anomalies, 1 otherwise (or when a scenario failed).
  *
  * @example
@@ -222,7 +222,7 @@ function renderDemo(
   const out: string[] = [];
   if (observation) {
     out.push(
-      style('bold', '── Seed 003, live: the lock-queue cascade ──'),
+      style('bold', '── Live: the lock-queue cascade ──'),
       `A long transaction (pid ${observation.holderPid}) reads "orders"; ALTER TABLE (pid ${observation.alterPid}) waits for ACCESS EXCLUSIVE; readers queue behind it.`,
       'What `pg-txkit doctor` saw at that moment:',
       '',

@@ -168,7 +168,7 @@ export async function main(argv: string[], ioOverride?: CliIo): Promise<number> 
   program
     .command('demo')
     .description(
-      'run every scenario naive vs pattern (anomalies, throughput) and stage the seed-003 lock cascade live',
+      'run every scenario naive vs pattern (anomalies, throughput) and stage the lock-queue cascade live',
     )
     .option('--url <conn>', 'use this server (needs CREATEDB) instead of starting one (or $DATABASE_URL)')
     .option('--clients <n>', 'concurrent clients per scenario', intIn(1, 200), 16)

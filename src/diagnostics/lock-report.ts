@@ -34,7 +34,7 @@ export type LockReportOptions = z.input<typeof lockReportOptionsSchema>;
 type ParsedOptions = z.output<typeof lockReportOptionsSchema>;
 
 /**
- * A lock-queue cascade (seed 003, the Friday-evening incident): a session waiting for a strong lock
+ * A lock-queue cascade (the Friday-evening incident): a session waiting for a strong lock
  * (ACCESS EXCLUSIVE for ALTER TABLE …) with sessions queued behind it. The waiting session is the
  * root cause: while it waits, every later request that conflicts with it queues too, even requests
  * compatible with the lock actually held.

@@ -87,7 +87,7 @@ function param(v: unknown): unknown {
  * Non-overlapping bookings of a resource, guaranteed by PostgreSQL itself with an exclusion
  * constraint: `EXCLUDE USING gist (resource WITH =, during WITH &&)`. Nothing to lock, no
  * serializable needed: "no overlapping booking exists" is a fact about a row that does NOT exist, so
- * only a constraint can enforce it (seed 001). At read committed a concurrent overlapping insert
+ * only a constraint can enforce it. At read committed a concurrent overlapping insert
  * waits for the first and then fails with 23P01, which `book()` turns into {@link Overlap} carrying
  * the booking(s) in the way.
  *

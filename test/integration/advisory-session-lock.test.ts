@@ -153,7 +153,7 @@ describe('SessionLock', () => {
   });
 });
 
-describe('lock and unlock on the same client (seed 000, iteration 2)', () => {
+describe('lock and unlock on the same client (a session lock leaked through two pooled clients)', () => {
   /**
    * The incident's sequence on a pool: lock through the pool, a concurrent request checks out the
    * pooled client that holds the lock, then unlock through the pool.

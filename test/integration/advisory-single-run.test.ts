@@ -146,7 +146,7 @@ describe('singleRun', () => {
     expect(await records('outer')).toEqual([{ key: 'k', result: 2 }]);
   });
 
-  it('daily post (seed 000, iteration 4): a replica without publish credentials does not claim the day', async () => {
+  it('daily post: a replica without publish credentials does not claim the day', async () => {
     const dailyPost = (replica: { name: string; canPublish: boolean }) =>
       singleRun(tm, { name: 'daily-post', key: '2026-12-01' }, async (tx) => {
         if (!replica.canPublish) return err(new NoPublishCredentials(replica.name));

@@ -77,7 +77,7 @@ async function whenReplicasActive(tmp: string): Promise<void> {
 }
 
 describe('pg-txkit demo', () => {
-  it('stages the seed-003 cascade in-process: doctor names the ALTER as root cause, safeDdl resolves it', async () => {
+  it('stages the lock-queue cascade in-process: doctor names the ALTER as root cause, safeDdl resolves it', async () => {
     const r = await runMain([
       'demo',
       '--url',

@@ -14,7 +14,7 @@ beforeAll(async () => {
   await pool.query('INSERT INTO orders VALUES (1, 10), (2, 20)');
 });
 
-/** Stages the seed-003 cascade, runs `check`, then releases everything. */
+/** Stages the lock-queue cascade, runs `check`, then releases everything. */
 async function withCascade(
   check: (pids: { holder: number; alter: number; readers: number[] }) => Promise<void>,
 ) {

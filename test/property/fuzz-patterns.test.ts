@@ -27,7 +27,7 @@ import {
   Tally,
 } from './fuzz-support.js';
 
-// Bad-input fuzzing of the patterns (issue 8): every call returns a value or a typed error; invalid
+// Bad-input fuzzing of the patterns: every call returns a value or a typed error; invalid
 // options send nothing; identifiers are validated and quoted, values are parameters, so no injected
 // statement ever runs and no syntax error ever comes from our SQL.
 const { pool } = await useTestDatabase();

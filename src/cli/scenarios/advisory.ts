@@ -5,7 +5,7 @@ import { migrateSingleRun, singleRun } from '../../patterns/advisory/single-run.
 import { TxManager } from '../../tx/tx-manager.js';
 import type { Scenario, ScenarioContext, ScenarioResult, SideResult } from '../scenario.js';
 
-/** Concurrent "paths" per replica that run the job on the replica's one pool (cron + two HTTP retries, seed 000). */
+/** Concurrent "paths" per replica that run the job on the replica's one pool (cron + two HTTP retries). */
 const PATHS_PER_REPLICA = 3;
 /** Attempts per path and day when the job is busy elsewhere (then the path gives up until the next tick). */
 const ATTEMPTS = 20;
@@ -40,7 +40,7 @@ async function postAnomalies(
 }
 
 /**
- * 'daily-post' (seed 000): N replicas run the daily job from 3 concurrent paths each, day after day.
+ * 'daily-post' (the serverless incidents): N replicas run the daily job from 3 concurrent paths each, day after day.
  * Naive: a SESSION advisory lock through `pool.query` (lock and unlock may land on different pooled
  * clients), then check-then-insert. Pattern: `singleRun` (transaction-scoped try-lock + a run record
  * with a primary key, in the job's transaction). Anomalies: duplicated or missing posts, plus advisory
@@ -139,7 +139,7 @@ async function runDailyPost(context: ScenarioContext): Promise<ScenarioResult> {
 export const scenarios: Scenario[] = [
   {
     id: 'daily-post',
-    title: 'Daily job on many replicas (seed 000)',
+    title: 'Daily job on many replicas (the serverless incidents)',
     pattern: 'singleRun',
     run: runDailyPost,
   },

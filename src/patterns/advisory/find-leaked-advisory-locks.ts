@@ -119,7 +119,7 @@ export async function listAdvisoryLocks(
 /**
  * Advisory locks that look leaked: held by a session that is `idle` (NOT in a transaction, so these
  * are session-level locks: a transaction-scoped lock cannot outlive its transaction) and has been idle
- * for longer than `idleFor`. That is the signature of seed 000's incidents — a lock taken with
+ * for longer than `idleFor`. That is the signature of the serverless incidents — a lock taken with
  * `pool.query` and unlocked on another pooled client, or a pinned client released without unlocking:
  * the pooled connection sits idle holding the lock, and every `pg_try_advisory_lock` elsewhere says
  * "busy" forever. A healthy {@link SessionLock} leader is idle between checks too, but never longer
