@@ -17,7 +17,6 @@ import { TxManager } from '../src/tx/tx-manager.js';
 
 const server = process.env.DATABASE_URL ? undefined : await startPostgres();
 const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL ?? server?.url, max: 10 });
-pool.on('error', () => {});
 const tm = new TxManager(pool);
 await pool.query(`CREATE TABLE IF NOT EXISTS closes (tenant text, period text, PRIMARY KEY (tenant, period));
                   CREATE TABLE IF NOT EXISTS wallets (id text PRIMARY KEY, balance int NOT NULL);

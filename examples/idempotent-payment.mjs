@@ -13,7 +13,6 @@ import { startPostgres } from '../dist/testing/index.js';
 
 const server = process.env.DATABASE_URL ? undefined : await startPostgres();
 const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL ?? server?.url, max: 24 });
-pool.on('error', () => {}); // idle clients are cut when the embedded server stops
 const tm = new TxManager(pool);
 const sha256 = (body) => createHash('sha256').update(JSON.stringify(body)).digest('hex');
 try {

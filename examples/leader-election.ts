@@ -1,22 +1,24 @@
-// Leader election with a session advisory lock — the one place a session lock belongs
-// (everything shorter fits in a transaction): a long-running process that holds a dedicated connection for its whole life.
+// Leader election with a session advisory lock — the one place a session lock belongs: a long-running
+// process that holds a dedicated connection for its whole life (everything shorter belongs in a
+// transaction-scoped lock).
 //
 //   DATABASE_URL=postgres://… node --experimental-strip-types examples/leader-election.ts   (or tsx)
 //   (without DATABASE_URL an embedded PostgreSQL is started and removed)
 //
-// Three "replicas" try to become the scheduler. The winner works until its lock is LOST (here: we
-// terminate its backend, as a network cut or a provider's proxy would); SessionLock notices on its next
-// liveness check (or at once on a socket error), aborts `lock.lost`, and the work loop stops. Another
-// replica, retrying every second, takes over. Never run a session lock through a transaction-mode pooler
-// (PgBouncer pool_mode=transaction, "-pooler" endpoints): SessionLock refuses it.
+// Three "replicas" want to be the scheduler. Each waits for the lock IN the server (`wait: 'block'`):
+// the followers queue behind the leader in PostgreSQL's lock queue. The leader works until its lock is
+// LOST (here: we terminate its backend, as a network cut or a provider's proxy would); SessionLock
+// notices on its next liveness check (or at once on a socket error), aborts `lock.lost`, and the work
+// loop stops. PostgreSQL hands the lock to the replica that has waited longest — another replica — and
+// the old leader queues up again behind the others. Never run a session lock through a
+// transaction-mode pooler (PgBouncer pool_mode=transaction, "-pooler" endpoints): SessionLock refuses it.
 import pg from 'pg';
-import { advisoryKey, SessionLock } from '../src/patterns/advisory/index.js';
+import { advisoryKey, lockTagOf, SessionLock } from '../src/patterns/advisory/index.js';
 import { startPostgres } from '../src/testing/start-postgres.js';
 
 const server = process.env.DATABASE_URL ? undefined : await startPostgres();
 const url = process.env.DATABASE_URL ?? server?.url ?? '';
 const pool = new pg.Pool({ connectionString: url, max: 4 });
-pool.on('error', () => {});
 const LEADER = advisoryKey('scheduler', 'leader');
 const stop = new AbortController();
 const terms: string[] = [];
@@ -31,14 +33,16 @@ async function lead(name: string, lost: AbortSignal): Promise<void> {
 
 async function replica(name: string): Promise<void> {
   while (!stop.signal.aborted) {
+    // Waits in the server's lock queue until this replica is the leader (or the process stops).
     const lock = await SessionLock.acquire(pool, LEADER, {
+      wait: 'block',
+      signal: stop.signal,
       checkEvery: '500ms',
       applicationName: `scheduler:${name}`,
       onLost: (e) => console.log(`  ${name} LOST the lock (${e.message})`),
     });
     if (lock.isErr()) {
-      if (lock.error.kind !== 'LockBusy') console.log(`  ${name}: ${lock.error.kind}`);
-      await new Promise((r) => setTimeout(r, 1000));
+      if (!stop.signal.aborted) console.log(`  ${name}: ${lock.error.kind}, trying again`);
       continue;
     }
     terms.push(name);
@@ -51,18 +55,38 @@ async function replica(name: string): Promise<void> {
   }
 }
 
-const replicas = ['a', 'b', 'c'].map((n) => replica(n));
-for (let cut = 0; cut < 2; cut++) {
-  await new Promise((r) => setTimeout(r, 1500));
+/** The backend holding the leader lock in this database (pg_locks shows a bigint key as classid/objid). */
+async function leaderPid(): Promise<number | undefined> {
+  const tag = lockTagOf(LEADER);
+  // No lock: reads the lock manager's view.
   const { rows } = await pool.query<{ pid: number }>(
-    "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1 LIMIT 1",
+    `SELECT pid FROM pg_locks
+      WHERE locktype = 'advisory' AND granted AND classid = $1::oid AND objid = $2::oid AND objsubid = $3::int2
+        AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
+    [tag.classid, tag.objid, tag.objsubid],
   );
-  if (rows[0]) {
-    console.log(`-- cutting the leader's connection (pid ${rows[0].pid})`);
-    await pool.query('SELECT pg_terminate_backend($1)', [rows[0].pid]);
-  }
+  return rows[0]?.pid;
 }
-await new Promise((r) => setTimeout(r, 2000));
+
+/** Waits (polling pg_locks) until a replica other than the cut one leads. */
+async function nextLeader(previous: number | undefined): Promise<number | undefined> {
+  for (let i = 0; i < 200; i++) {
+    const pid = await leaderPid();
+    if (pid !== undefined && pid !== previous) return pid;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return undefined;
+}
+
+const replicas = ['a', 'b', 'c'].map((n) => replica(n));
+let pid = await nextLeader(undefined);
+for (let cut = 0; cut < 2 && pid !== undefined; cut++) {
+  await new Promise((r) => setTimeout(r, 1000)); // let it lead for a while
+  console.log(`-- cutting the leader's connection (pid ${pid})`);
+  await pool.query('SELECT pg_terminate_backend($1)', [pid]);
+  pid = await nextLeader(pid);
+}
+await new Promise((r) => setTimeout(r, 1000));
 stop.abort();
 await Promise.all(replicas);
 console.log(`leaders, in order: ${terms.join(' → ')}`);

@@ -14,7 +14,6 @@ import { gate, startPostgres } from '../dist/testing/index.js';
 
 const server = process.env.DATABASE_URL ? undefined : await startPostgres();
 const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL ?? server?.url, max: 8 });
-pool.on('error', () => {}); // idle clients are cut when the embedded server stops
 let retries = 0;
 const tm = new TxManager(pool, { hooks: { onRetry: () => void retries++ } });
 try {

@@ -67,7 +67,6 @@ export async function retryChannelPosts(pool: pg.Pool): Promise<number> {
 
 const server = process.env.DATABASE_URL ? undefined : await startPostgres();
 const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL ?? server?.url, max: 8 });
-pool.on('error', () => {});
 await pool.query(`
   CREATE TABLE IF NOT EXISTS blog_posts (
     id serial PRIMARY KEY, title text NOT NULL, published boolean NOT NULL DEFAULT true,

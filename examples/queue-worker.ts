@@ -15,7 +15,6 @@ import { TxManager } from '../src/tx/tx-manager.js';
 
 const server = process.env.DATABASE_URL ? undefined : await startPostgres();
 const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL ?? server?.url });
-pool.on('error', (e) => console.error('idle client error', e.message));
 const tm = new TxManager(pool);
 
 const queue = new Queue({

@@ -12,7 +12,6 @@ import { gate, startPostgres } from '../dist/testing/index.js';
 
 const server = process.env.DATABASE_URL ? undefined : await startPostgres();
 const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL ?? server?.url, max: 16 });
-pool.on('error', () => {}); // idle clients are cut when the embedded server stops
 const tm = new TxManager(pool, { defaults: { maxAttempts: 20, backoff: { baseMs: 1, capMs: 20 } } });
 try {
   await pool.query(`DROP TABLE IF EXISTS ex_guests, ex_rooms;

@@ -33,7 +33,6 @@ interface Replica {
 
 const server = process.env.DATABASE_URL ? undefined : await startPostgres();
 const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL ?? server?.url, max: 8 });
-pool.on('error', (e) => console.error('idle client error', e.message));
 const tm = new TxManager(pool);
 
 (await migrateSingleRun(pool))._unsafeUnwrap();

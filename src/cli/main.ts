@@ -70,6 +70,8 @@ function processIo(): { io: CliIo; dispose: () => void } {
     interrupts++;
     if (interrupts === 1) {
       process.stderr.write('\ninterrupted: stopping cleanly (Ctrl-C again to force)…\n');
+      // From now on the process ends as interrupted, however the clean-up goes.
+      process.exitCode = EXIT.interrupted;
       controller.abort(new Error('interrupted'));
     } else {
       process.exit(EXIT.interrupted);

@@ -1,8 +1,7 @@
 import type { StartedPostgres } from '../testing/start-postgres.js';
 
 /**
- * Stops a server the CLI started, bounded in time: after a terminal Ctrl-C the embedded postgres got
- * the same SIGINT and may already be gone, and waiting for its exit event would hang forever.
+ * Stops a server the CLI started, bounded in time, so the CLI's own clean-up always finishes.
  *
  * @example
  * await stopServer(server);
@@ -11,9 +10,10 @@ export async function stopServer(server: StartedPostgres, timeoutMs = 10_000): P
   let timer: NodeJS.Timeout | undefined;
   await Promise.race([
     server.stop().catch(() => {}),
+    // A referenced timer: an unreferenced one let the process end (exit 0, the folder left behind)
+    // while a stop() waited on a server that had already exited.
     new Promise<void>((resolve) => {
       timer = setTimeout(resolve, timeoutMs);
-      timer.unref();
     }),
   ]);
   clearTimeout(timer);

@@ -1,3 +1,6 @@
+import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
 import { serverUrl } from '../helpers.js';
@@ -36,6 +39,41 @@ async function leftovers(): Promise<{ sessions: number; databases: number }> {
     await new Promise((r) => setTimeout(r, 10));
   }
   return last;
+}
+
+/**
+ * Resolves once the demo's embedded server (found through its postmaster.pid under `tmp`) runs a query
+ * of a scenario's replica pools: bounded polling from a monitor session.
+ */
+async function whenReplicasActive(tmp: string): Promise<void> {
+  for (let i = 0; i < 3000; i++) {
+    const dir = readdirSync(tmp).find((d) => d.startsWith('pg-txkit-'));
+    const pidFile = dir === undefined ? '' : join(tmp, dir, 'postmaster.pid');
+    const port = existsSync(pidFile) ? readFileSync(pidFile, 'utf8').split('\n')[3] : undefined;
+    if (port) {
+      const monitor = new pg.Client({
+        connectionString: `postgres://postgres:pg-txkit@127.0.0.1:${port}/postgres`,
+      });
+      monitor.on('error', () => {}); // the monitor's own connection ends with the server
+      try {
+        await monitor.connect();
+        for (let j = 0; j < 3000; j++) {
+          // pg_stat_activity read: no lock.
+          const { rows } = await monitor.query<{ n: number }>(
+            "SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name LIKE '%-replica-%' AND state = 'active'",
+          );
+          if ((rows[0]?.n ?? 0) > 0) return;
+          await new Promise((resolve) => setTimeout(resolve, 5));
+        }
+      } catch {
+        // not accepting connections yet: try again
+      } finally {
+        await monitor.end().catch(() => {});
+      }
+    }
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+  throw new Error('the demo never ran a scenario query');
 }
 
 describe('pg-txkit demo', () => {
@@ -114,4 +152,35 @@ describe('pg-txkit demo', () => {
     expect(r.stderr).not.toMatch(/\s+at .*\.js:\d+/);
     expect(await leftovers()).toEqual({ sessions: 0, databases: 0 });
   });
+
+  it("Ctrl-C in a terminal during the first scenario, embedded server: exit 130 and the server's data folder removed", async () => {
+    // A private TMPDIR shows every folder the run leaves; 1777 like /tmp (as root the server's own OS user writes there).
+    const tmp = mkdtempSync(join(tmpdir(), 'pg-txkit-demo-'));
+    chmodSync(tmp, 0o1777);
+    try {
+      let sent = false;
+      let watching = false;
+      const r = await runBin(['demo', '--scale', '1'], {
+        timeoutMs: 120_000,
+        env: { TMPDIR: tmp },
+        group: true,
+        onStderr: (text, pid) => {
+          if (watching || !/PostgreSQL \d+/.test(text)) return;
+          watching = true;
+          // Once the first scenario's replicas run queries (seen from a monitor session, not a sleep),
+          // the terminal sends SIGINT to the whole process group.
+          void whenReplicasActive(tmp).then(() => {
+            sent = true;
+            process.kill(-pid, 'SIGINT');
+          });
+        },
+      });
+      expect(sent).toBe(true);
+      expect(r.stderr).toContain('interrupted');
+      expect(r.code).toBe(130);
+      expect(readdirSync(tmp)).toEqual([]);
+    } finally {
+      rmSync(tmp, { recursive: true, force: true });
+    }
+  }, 180_000);
 });

@@ -54,12 +54,18 @@ export function runBin(
     timeoutMs?: number;
     env?: Record<string, string>;
     onStderr?: (text: string, pid: number) => void;
+    /** Start it in a process group of its own, as a terminal does: `process.kill(-pid, …)` then reaches the group. */
+    group?: boolean;
   } = {},
 ): Promise<{ code: number | null; signal: string | null; stdout: string; stderr: string }> {
   return new Promise((resolve, reject) => {
     const env: Record<string, string | undefined> = { ...process.env, NO_COLOR: '1', ...options.env };
     delete env.DATABASE_URL;
-    const child = spawn(process.execPath, [BIN, ...argv], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [BIN, ...argv], {
+      env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+      detached: options.group === true,
+    });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (d: Buffer) => {
@@ -69,7 +75,10 @@ export function runBin(
       stderr += d.toString();
       if (child.pid !== undefined) options.onStderr?.(stderr, child.pid);
     });
-    const timer = setTimeout(() => child.kill('SIGKILL'), options.timeoutMs ?? 60_000);
+    const timer = setTimeout(() => {
+      if (options.group === true && child.pid !== undefined) process.kill(-child.pid, 'SIGKILL');
+      else child.kill('SIGKILL');
+    }, options.timeoutMs ?? 60_000);
     child.on('error', reject);
     child.on('close', (code, signal) => {
       clearTimeout(timer);

@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { chmodSync, existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -83,6 +83,16 @@ async function runUserScript(
   }
 }
 
+/** Does a process with this pid exist (signal 0 checks without sending anything)? */
+function pidAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 describe('startPostgres (embedded)', () => {
   it(`starts a real PostgreSQL ${expectedMajor} (the dependency's major or PG_TXKIT_PG_MAJOR) on a free port`, async () => {
     expect(server.provider).toBe('embedded');
@@ -131,6 +141,30 @@ describe('startPostgres (embedded)', () => {
     } finally {
       await pool.end();
     }
+  });
+
+  it('stop() after the server already exited (a terminal Ctrl-C reached it first) resolves and removes the folder', async () => {
+    const own = await startPostgres({ provider: 'embedded' });
+    const client = new pg.Client(own.url);
+    await client.connect();
+    const { rows } = await client.query<{ dir: string }>("SELECT current_setting('data_directory') AS dir");
+    await client.end();
+    const dir = rows[0]?.dir ?? '';
+    const postmasterPid = Number(readFileSync(join(dir, 'postmaster.pid'), 'utf8').split('\n')[0]);
+    process.kill(postmasterPid, 'SIGINT'); // what a Ctrl-C sent to the whole process group does to it
+    // Bounded wait until it is gone (its pid no longer exists).
+    for (let i = 0; i < 2000 && pidAlive(postmasterPid); i++) await new Promise((r) => setTimeout(r, 5));
+    expect(pidAlive(postmasterPid)).toBe(false);
+    let timer: NodeJS.Timeout | undefined;
+    const outcome = await Promise.race([
+      own.stop().then(() => 'stopped'),
+      new Promise<string>((resolve) => {
+        timer = setTimeout(() => resolve('stop() never resolved'), 20_000);
+      }),
+    ]);
+    clearTimeout(timer);
+    expect(outcome).toBe('stopped');
+    expect(existsSync(dir)).toBe(false);
   });
 
   it('stop() shuts the server down and is idempotent', async () => {

@@ -112,7 +112,8 @@ export async function migrateSingleRun(
  *   transaction-scoped try-lock: no waiting, nothing leaks if a connection dies).
  * - `fn` returns an `Err`, throws, or the transaction fails → nothing is recorded, so another replica
  *   (or the next cron tick) can do the job. A replica that cannot finish the job (no publish
- *   credentials — a developer's laptop that won the production lock) must check that first and return an `Err`: it never claims it.
+ *   credentials: a developer's laptop pointed at production) must check that first and return an `Err`:
+ *   it never claims it.
  * - `fn`'s return value is stored as jsonb: BigInts are kept (tagged) and come back as BigInts; a value
  *   JSON cannot hold (a cycle) → `InvalidOptions` and nothing is recorded (fn's effects roll back).
  *
