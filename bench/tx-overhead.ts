@@ -188,20 +188,32 @@ export async function run(context: TxOverheadContext): Promise<TxOverheadResult>
       opsPerSec: Math.round(median(rates.get(c.name) ?? [])),
     }));
     // Client-side CPU per transaction (one loop, sequential): the library's own cost, much less
-    // sensitive to a busy machine than throughput.
+    // sensitive to a busy machine than throughput. Interleaved rounds; median with min–max.
+    const CPU_ROUNDS = 5;
+    const CPU_TX = 1000;
     const cpuSamples = new Map<string, number[]>(contenders.map((c) => [c.name, []]));
-    for (let round = 0; round < 3 && !signal.aborted; round++) {
+    for (let round = 0; round < CPU_ROUNDS && !signal.aborted; round++) {
       for (let k = 0; k < contenders.length; k++) {
         const c = contenders[(k + round) % contenders.length];
         if (!c) continue;
         const before = process.cpuUsage();
-        const n = 300;
-        for (let i = 0; i < n; i++) await c.tx(1);
+        for (let i = 0; i < CPU_TX; i++) await c.tx(1);
         const used = process.cpuUsage(before);
-        cpuSamples.get(c.name)?.push((used.user + used.system) / n);
+        cpuSamples.get(c.name)?.push((used.user + used.system) / CPU_TX);
       }
     }
-    const cpu = contenders.map((c) => `${c.name} ${Math.round(median(cpuSamples.get(c.name) ?? []))}`);
+    const cpuOf = (name: string) => median(cpuSamples.get(name) ?? []);
+    const range = (name: string) => {
+      const values = cpuSamples.get(name) ?? [];
+      return values.length ? `${Math.round(Math.min(...values))}–${Math.round(Math.max(...values))}` : '?';
+    };
+    const cpu = contenders.map((c) => `${c.name} ${Math.round(cpuOf(c.name))} (${range(c.name)})`);
+    const cpuManaged = cpuOf('tm.do + isolation, lockTimeout');
+    notes.push(
+      `node CPU above the hand-written loop: tm.do +${Math.round(cpuManaged - cpuOf(baseline))} µs, ` +
+        `above hand-written sending the same SQL +${Math.round(cpuManaged - cpuOf("hand-written pg + tm.do's one-round-trip BEGIN text"))} µs; ` +
+        `nested required scope CPU +${cpuManaged ? (((cpuOf('tm.do + nested required scope') - cpuManaged) / cpuManaged) * 100).toFixed(1) : '?'}%`,
+    );
     if (pgbench) {
       // pgbench with the same transaction (isolation + lock_timeout in BEGIN … SET LOCAL, one UPDATE).
       const tps = await runPgbench({
@@ -236,7 +248,7 @@ export async function run(context: TxOverheadContext): Promise<TxOverheadResult>
       `tm.do vs hand-written with the same settings: ${(managedOps / settingsOps).toFixed(2)}x`,
       `tm.do vs hand-written sending the same SQL (library cost): ${(managedOps / sameSqlOps).toFixed(2)}x`,
       `nested required scope overhead: ${managedOps ? ((1 - nestedOps / managedOps) * 100).toFixed(1) : '?'}%`,
-      `node CPU µs per transaction: ${cpu.join(', ')}`,
+      `node CPU µs per transaction, median (min–max) of ${CPU_ROUNDS} rounds of ${CPU_TX}: ${cpu.join(', ')}`,
     );
     return {
       name: 'tx-overhead',

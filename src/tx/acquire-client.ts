@@ -42,9 +42,19 @@ export async function acquireClient(
       ),
     );
   }
+  if (options.timeoutMs === undefined) {
+    // No timeout of ours: the pool's own wait (one promise, no timer).
+    return connect().then(
+      (client) => ok(client),
+      (error: unknown) => {
+        const failure = classify(error);
+        if (failure === undefined) throw error;
+        return err(failure);
+      },
+    );
+  }
   try {
     const pending = connect();
-    if (options.timeoutMs === undefined) return ok(await pending);
     const timeoutMs = options.timeoutMs;
     let timer: NodeJS.Timeout | undefined;
     let timedOut = false;

@@ -58,6 +58,7 @@ function sleep(ms: number, signal: AbortSignal | undefined): Promise<boolean> {
  * between attempts is computed in one place, {@link fullJitterDelay}, and slept inside `shouldRetry`
  * (p-retry's own exponential delay is set to zero: its formula has no full jitter).
  *
+ * The first attempt runs before p-retry is entered (the common case: no retry, no loop set-up).
  * `attempt(n)` (n = 1, 2, …) decides what is retryable — normally with {@link isRetryable} — and
  * returns `{ done: false, failure }` only for failures worth another run. Ends with
  * {@link RetriesExhausted} (the history of kinds, codes and delays) when the attempts are used up, when
@@ -89,10 +90,16 @@ export async function withRetry<V>(
       delayMs,
     });
   };
+  // Fast path: the first attempt runs before p-retry is entered (most transactions never retry, and
+  // p-retry's set-up costs a few microseconds per call); its failure enters the loop as attempt 1.
+  const first = await attempt(1);
+  if (first.done) return ok(first.value);
+  lastFailure = first.failure;
   try {
     const value = await pRetry(
       async (n: number) => {
         attempts = n;
+        if (n === 1) throw new RetryRequest(first.failure);
         const outcome = await attempt(n);
         if (outcome.done) {
           finished = { value: outcome.value };

@@ -9,7 +9,6 @@ import {
   looksLikeDatabaseError,
   TxKitError,
 } from '../errors/index.js';
-import { beginSql } from './begin-sql.js';
 import type { HookRunner } from './hooks.js';
 import type { TransactionStatuses } from './transaction-status.js';
 import type { TxSettings } from './tx-options.js';
@@ -77,7 +76,7 @@ function commitNotDelivered(error: unknown): boolean {
  *
  * @example
  * const attempt = new TxAttempt(client, 1, settings, context);
- * const failed = await attempt.begin();
+ * const failed = await attempt.begin(beginSql(settings));
  */
 export class TxAttempt {
   /** The one client this attempt runs on. */
@@ -102,8 +101,9 @@ export class TxAttempt {
   #savepoints = 0;
   /** Scopes whose SAVEPOINT is open, innermost last. */
   readonly #open: AttemptScope[] = [];
-  /** The last query sent (settled or not): the next one waits for it. */
-  #tail: Promise<unknown> | undefined;
+  /** A query is in flight on the client; the next ones wait in {@link TxAttempt.#waiting}. */
+  #busy = false;
+  readonly #waiting: (() => void)[] = [];
 
   constructor(client: pg.PoolClient, number: number, settings: TxSettings, context: AttemptContext) {
     this.client = client;
@@ -195,11 +195,14 @@ export class TxAttempt {
 
   // --- lifecycle ---------------------------------------------------------------------------------
 
-  /** BEGIN and every SET LOCAL in one round trip. Returns how the attempt ended if BEGIN failed. */
-  async begin(): Promise<AttemptEnd | undefined> {
+  /**
+   * BEGIN and every SET LOCAL in one round trip (`text`: {@link beginSql} of the settings, built once
+   * per settings by the manager). Returns how the attempt ended if BEGIN failed.
+   */
+  async begin(text: string): Promise<AttemptEnd | undefined> {
     this.#begunAt = performance.now();
     try {
-      await this.#send([beginSql(this.settings)]);
+      await this.#send([text]);
       return undefined;
     } catch (error) {
       const failure = this.failureOf(error);
@@ -365,33 +368,27 @@ export class TxAttempt {
    * pg rejects it with as this attempt's driver error, and — for a scope's query — checks that it did
    * not end the transaction.
    */
-  #send<R extends pg.QueryResultRow>(args: QueryArgs, fromScope = false): Promise<pg.QueryResult<R>> {
-    const run = async (): Promise<pg.QueryResult<R>> => {
-      const [text, values] = args;
-      try {
-        const result =
-          typeof text === 'string'
-            ? await this.client.query<R>(text, values as unknown[] | undefined)
-            : await this.client.query<R>(text);
-        if (fromScope) this.#checkStillInTransaction();
-        return result;
-      } catch (error) {
-        const shown = this.#noteQueryError(error);
-        if (fromScope) this.#checkStillInTransaction();
-        throw shown;
-      }
-    };
-    const previous = this.#tail;
-    const pending = previous === undefined ? run() : previous.then(run, run);
-    const settled = pending.then(
-      () => undefined,
-      () => undefined,
-    );
-    this.#tail = settled;
-    void settled.then(() => {
-      if (this.#tail === settled) this.#tail = undefined;
-    });
-    return pending;
+  async #send<R extends pg.QueryResultRow>(args: QueryArgs, fromScope = false): Promise<pg.QueryResult<R>> {
+    // Wait for the query in flight, if any (FIFO): it hands the client over when it settles.
+    if (this.#busy) await new Promise<void>((resolve) => this.#waiting.push(resolve));
+    this.#busy = true;
+    const [text, values] = args;
+    try {
+      const result =
+        typeof text === 'string'
+          ? await this.client.query<R>(text, values as unknown[] | undefined)
+          : await this.client.query<R>(text);
+      if (fromScope) this.#checkStillInTransaction();
+      return result;
+    } catch (error) {
+      const shown = this.#noteQueryError(error);
+      if (fromScope) this.#checkStillInTransaction();
+      throw shown;
+    } finally {
+      const next = this.#waiting.shift();
+      if (next === undefined) this.#busy = false;
+      else next();
+    }
   }
 
   /** A statement a scope sent left the server outside any transaction: COMMIT/ROLLBACK through tx.query. */

@@ -26,7 +26,7 @@ export class TxHandle implements Tx, AttemptScope {
   readonly #parent: TxHandle | undefined;
   readonly #afterCommit: AfterCommit[] = [];
   readonly #afterRollback: AfterRollback[] = [];
-  readonly #children = new Mutex();
+  #children: Mutex | undefined;
 
   constructor(state: TxAttempt, depth: number, name: string | undefined, parent?: TxHandle) {
     this.#state = state;
@@ -87,6 +87,7 @@ export class TxHandle implements Tx, AttemptScope {
 
   /** @internal Runs `fn` exclusively among this scope's nested children (savepoints never interleave). */
   exclusive<T>(fn: () => Promise<T>): Promise<T> {
+    this.#children ??= new Mutex();
     return this.#children.run(fn);
   }
 

@@ -10,6 +10,7 @@ import {
   TxKitError,
 } from '../errors/index.js';
 import { acquireClient } from './acquire-client.js';
+import { beginSql } from './begin-sql.js';
 import { guardClientErrors } from './guard-client-errors.js';
 import { HookRunner } from './hooks.js';
 import { isPool } from './is-pool.js';
@@ -61,6 +62,37 @@ const RETURNED_CONFLICTS: ReadonlySet<string> = new Set([
   'ConnectionLost',
 ]);
 
+/** Distinct per-call option sets whose parsed settings a manager keeps. */
+const SETTINGS_CACHE_SIZE = 256;
+
+/**
+ * A key for options made only of primitive values (the usual `{ isolation, lockTimeout, name }`), or
+ * undefined when they hold anything else (a signal, a backoff object, a getter that throws): those are
+ * parsed on every call.
+ */
+function primitiveKey(options: unknown): string | undefined {
+  if (
+    typeof options !== 'object' ||
+    options === null ||
+    Object.getPrototypeOf(options) !== Object.prototype
+  ) {
+    return undefined;
+  }
+  try {
+    let key = '';
+    for (const name of Object.keys(options)) {
+      const value = (options as Record<string, unknown>)[name];
+      const type = typeof value;
+      if (type === 'undefined') continue;
+      if (type !== 'string' && type !== 'number' && type !== 'boolean') return undefined;
+      key += `${name}\u0000${type}:${String(value)}\u0001`;
+    }
+    return key;
+  } catch {
+    return undefined;
+  }
+}
+
 /** Wait for a second client in `requiresNew` inside a transaction, when no `acquireTimeout` is given. */
 const REQUIRES_NEW_ACQUIRE_MS = 2000;
 
@@ -110,6 +142,13 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
   readonly #constraints: ConstraintMap;
   /** What every attempt of this manager shares (hooks, the status reader, the slow threshold). */
   readonly #attemptContext: AttemptContext;
+  /**
+   * Parsed settings of per-call options made only of primitive values, by their content: the options
+   * of a call site repeat, and validating them costs more than the rest of the call. Bounded.
+   */
+  readonly #settingsCache = new Map<string, TxSettings>();
+  /** The BEGIN text of each settings object (built once). */
+  readonly #beginText = new WeakMap<TxSettings, string>();
   /** Domain errors built by the constraint map: thrown by an inner doOrThrow, they are still values. */
   readonly #mapped = new WeakSet<object>();
 
@@ -226,7 +265,7 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
     const parsed =
       options === undefined && this.#defaultSettings !== undefined
         ? ok(this.#defaultSettings)
-        : parseTxOptions(options, this.#defaults);
+        : this.#settingsOf(options);
     if (parsed.isErr()) return err(parsed.error);
     const settings = parsed.value;
     const active = this.#currentHandle();
@@ -269,10 +308,34 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
     }
   }
 
+  /** Validated settings of a call's options (merged over the defaults), from the cache when possible. */
+  #settingsOf(options: TxOptions | undefined): Result<TxSettings, InvalidOptions> {
+    const key = primitiveKey(options);
+    const hit = key === undefined ? undefined : this.#settingsCache.get(key);
+    if (hit !== undefined) return ok(hit);
+    const parsed = parseTxOptions(options, this.#defaults);
+    if (parsed.isOk() && key !== undefined && this.#settingsCache.size < SETTINGS_CACHE_SIZE) {
+      this.#settingsCache.set(key, parsed.value);
+    }
+    return parsed;
+  }
+
+  #beginSql(settings: TxSettings): string {
+    let text = this.#beginText.get(settings);
+    if (text === undefined) {
+      text = beginSql(settings);
+      this.#beginText.set(settings, text);
+    }
+    return text;
+  }
+
   /** Runs the callback in the async context of `handle` and sorts out what it produced. */
   async #invoke(handle: TxHandle, fn: TxCallback<unknown>): Promise<ScopeOutcome> {
     try {
-      const returned: unknown = await this.#als.run(handle, () => fn(handle));
+      // A `required` scope joining the active one is already in its async context: no new frame.
+      const returned: unknown = await (this.#als.getStore() === handle
+        ? fn(handle)
+        : this.#als.run(handle, () => fn(handle)));
       if (isResult(returned)) {
         if (returned.isOk()) return { type: 'value', value: returned.value };
         // A returned conflict (a pattern's Err(SerializationFailure | DeadlockDetected) or a lost
@@ -465,7 +528,7 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
     }
     try {
       const handle = new TxHandle(attempt, 0, settings.name);
-      const failedBegin = await attempt.begin();
+      const failedBegin = await attempt.begin(this.#beginSql(settings));
       const end = failedBegin ?? (await this.#runScope(attempt, handle, fn));
       if (end.type !== 'committed') {
         await this.#runAfterRollback(
