@@ -107,4 +107,16 @@ describe.skipIf(viaPgBouncer() !== undefined)('LISTEN on its own connection', ()
     await worker.done;
     held.release();
   });
+
+  it('stop() right after start resolves while the LISTEN connection is still connecting', {
+    timeout: 30_000,
+  }, async () => {
+    const pool = userPool(1);
+    const queue = await queueOn(pool);
+    for (let i = 0; i < 10; i++) {
+      const worker = queue.work({ work: () => {} });
+      await worker.stop();
+      expect(worker.listening).toBe(false);
+    }
+  });
 });

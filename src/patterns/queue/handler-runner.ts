@@ -151,13 +151,21 @@ export class HandlerRunner {
       txCalls: 0,
     };
     this.#running.set(job.id, running);
-    const p = this.#run(running)
-      .catch((e: unknown) => this.#events.onError(e, 'worker'))
-      .finally(() => {
-        this.#free(job.id);
-        this.#runs.delete(p);
-      });
+    const p: Promise<void> = this.#guarded(running).then(() => {
+      this.#runs.delete(p);
+    });
     this.#runs.add(p);
+  }
+
+  /** Runs a job; never rejects (a defect in the runner is reported), always frees the slot. */
+  async #guarded(running: Running): Promise<void> {
+    try {
+      await this.#run(running);
+    } catch (e) {
+      this.#events.onError(e, 'worker');
+    } finally {
+      this.#free(running.job.id);
+    }
   }
 
   /** Aborts every running handler (forced stop) and returns their jobs, to be released. */
@@ -239,6 +247,15 @@ export class HandlerRunner {
     }
   }
 
+  #end(job: Job, durationMs: number, outcome: JobOutcome, error?: unknown): void {
+    this.#events.onOutcome(outcome);
+    if (this.#o.hooks?.onJobEnd === undefined) return;
+    this.#hook(
+      'onJobEnd',
+      error === undefined ? { job, outcome, durationMs } : { job, outcome, error, durationMs },
+    );
+  }
+
   /** Runs the handler; resolves to its error (undefined when it succeeded). */
   async #handle(running: Running, handler: JobHandler<unknown>): Promise<{ error: unknown } | undefined> {
     let timer: ReturnType<typeof setTimeout> | undefined;
@@ -282,14 +299,7 @@ export class HandlerRunner {
     const durationMs = Date.now() - running.startedAt;
     // The settle below is batched and fenced; the slot does not wait for it.
     this.#free(job.id);
-    const end = (outcome: JobOutcome, error?: unknown) => {
-      this.#events.onOutcome(outcome);
-      if (this.#o.hooks?.onJobEnd === undefined) return;
-      this.#hook(
-        'onJobEnd',
-        error === undefined ? { job, outcome, durationMs } : { job, outcome, error, durationMs },
-      );
-    };
+    const end = (outcome: JobOutcome, error?: unknown) => this.#end(job, durationMs, outcome, error);
     if (running.completedInTx) return end('completed');
     if (running.why === 'stop') return end('released');
     if (running.why === 'lost') return end('lost', new LeaseLost(job.id));

@@ -33,8 +33,14 @@ export class JobListener {
   readonly #o: JobListenerOptions;
   readonly #retry = new Wakeup();
   #client: pg.Client | undefined;
+  #probe: pg.Client | undefined;
   #listening = false;
   #stopped = false;
+  #onStop: () => void = () => {};
+  /** Settles when stop() is called: every wait of the loop races it. */
+  readonly #stopping = new Promise<void>((resolve) => {
+    this.#onStop = resolve;
+  });
   #done: Promise<void> = Promise.resolve();
 
   constructor(options: JobListenerOptions) {
@@ -55,12 +61,26 @@ export class JobListener {
   async stop(): Promise<void> {
     this.#stopped = true;
     this.#listening = false;
+    this.#onStop();
     this.#retry.wake();
-    const client = this.#client;
+    const clients = [this.#client, this.#probe];
     this.#client = undefined;
-    // end() on a connecting or busy client destroys its socket: the loop's wait ends with it.
-    await client?.end().catch(() => {});
+    this.#probe = undefined;
+    // Not awaited: pg's connect() never settles when end() is called while it is connecting (its
+    // callback is dropped once the client is ending), so the loop races every wait with stop instead.
+    for (const c of clients) void c?.end().catch(() => {});
     await this.#done;
+  }
+
+  /** `p`, or a rejection as soon as stop() is called (whichever comes first). */
+  #orStop<V>(p: Promise<V>): Promise<V> {
+    p.catch(() => {});
+    return Promise.race([
+      p,
+      this.#stopping.then(() => {
+        throw new Error('LISTEN stopped');
+      }),
+    ]);
   }
 
   #newClient(): pg.Client {
@@ -81,13 +101,13 @@ export class JobListener {
         client.on('end', () => resolve(new Error('LISTEN connection ended')));
       });
       try {
-        await client.connect();
+        await this.#orStop(client.connect());
         // Behind a transaction-mode pooler (PgBouncer …) LISTEN "succeeds" on whichever server
         // connection ran it, and the notifications then go to another client or nowhere: the worker was
         // silently deaf (found by the pgbouncer run of the integration suite, docs/pgbouncer.md). Refuse
         // it clearly and stay poll-only. The probe runs before LISTEN, so LISTEN stays the session's
         // last statement (operators find it in pg_stat_activity).
-        const evidence = await this.#poolerEvidence(client);
+        const evidence = await this.#orStop(this.#poolerEvidence(client));
         if (evidence !== undefined) {
           if (!this.#stopped)
             this.#o.onError(new TransactionPoolerDetected(`queue worker LISTEN: ${evidence}`));
@@ -95,14 +115,14 @@ export class JobListener {
           return;
         }
         // LISTEN takes no lock; it registers this session for the channel until the session ends.
-        await client.query(`LISTEN ${pg.escapeIdentifier(this.#o.channel)}`);
+        await this.#orStop(client.query(`LISTEN ${pg.escapeIdentifier(this.#o.channel)}`));
         client.on('notification', () => this.#o.onWake());
         if (this.#stopped) break;
         this.#listening = true;
         failures = 0;
         // Notifications may have been missed while (re)connecting.
         this.#o.onWake();
-        const why = await lost;
+        const why = await Promise.race([lost, this.#stopping]);
         this.#listening = false;
         if (this.#stopped) break;
         this.#o.onError(why);
@@ -131,12 +151,14 @@ export class JobListener {
       Number((await c.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]?.pid);
     const first = await pidOf(client);
     const probe = this.#newClient();
+    this.#probe = probe;
     let other: number;
     try {
       await probe.connect();
       other = await pidOf(probe);
     } finally {
-      await probe.end().catch(() => {});
+      if (this.#probe === probe) this.#probe = undefined;
+      void probe.end().catch(() => {});
     }
     const again = await pidOf(client);
     if (other === first) return `two connections were served by the same backend pid ${first}`;

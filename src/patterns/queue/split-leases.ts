@@ -2,7 +2,7 @@ import { InvalidOptions } from '../../errors/errors.js';
 import type { JobLease } from './job.js';
 
 /** The largest job id: ids are `bigint` identity values. */
-const MAX_JOB_ID = 9_223_372_036_854_775_807n;
+const MAX_JOB_ID = '9223372036854775807';
 const DIGITS = /^\d{1,19}$/;
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
@@ -15,8 +15,11 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
  * isJobId('9223372036854775808'); // false
  */
 export function isJobId(id: unknown): boolean {
-  const text = String(id);
-  return DIGITS.test(text) && BigInt(text) <= MAX_JOB_ID;
+  const text = typeof id === 'string' ? id : String(id);
+  if (!DIGITS.test(text)) return false;
+  // Fewer than 19 digits always fit; 19 digits compare as text (same length), leading zeros aside.
+  const digits = text.length > 1 ? text.replace(/^0+(?=\d)/, '') : text;
+  return digits.length < 19 || (digits.length === 19 && digits <= MAX_JOB_ID);
 }
 
 /** A lease with an id or token the server would refuse, and why. */
