@@ -14,6 +14,23 @@ const REPLICAS = 30;
 const pools = Array.from({ length: REPLICAS }, () => new pg.Pool({ connectionString: fresh.url }));
 afterAll(async () => {
   await Promise.all(pools.map((p) => p.end()));
+  // pool.end() resolves before its sockets are closed; DROP DATABASE … WITH (FORCE) would terminate the
+  // sessions still closing (57P01 to pools that have ended). Bounded wait until they are gone.
+  const admin = new pg.Client({ connectionString: serverUrl() });
+  await admin.connect();
+  try {
+    for (let i = 0; i < 1000; i++) {
+      // pg_stat_activity read: no lock.
+      const { rows } = await admin.query<{ n: number }>(
+        'SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1',
+        [fresh.name],
+      );
+      if (rows[0]?.n === 0) break;
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+  } finally {
+    await admin.end();
+  }
   await fresh.drop();
 });
 
