@@ -265,8 +265,7 @@ describe('enqueue', () => {
     const rolledBack = await tm.do(async (tx) => {
       await tx.query('INSERT INTO q_users VALUES ($1)', ['x@example.com']);
       (await queue.enqueue(tx, 'email', { to: 'x@example.com' }))._unsafeUnwrap();
-      // A real duplicate raised by the server (only the driver's errors are classified).
-      await tx.query('INSERT INTO q_users VALUES ($1)', ['x@example.com']);
+      await tx.query('INSERT INTO q_users VALUES ($1)', ['x@example.com']); // a real 23505 from the server
     });
     expect(rolledBack._unsafeUnwrapErr().kind).toBe('UniqueViolation');
     const committed = await tm.do(async (tx) => {
