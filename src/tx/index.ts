@@ -14,11 +14,11 @@ export type {
 export { planScope, type ScopePlan } from './propagation.js';
 export { type AttemptOutcome, type RetryPolicy, withRetry } from './retry.js';
 export { type ErrOf, type OkOf, type TxCallback, TxManager } from './tx-manager.js';
-export {
-  type ConstraintErrors,
-  type ConstraintMap,
-  type ConstraintViolation,
-  type TxManagerOptions,
+export type {
+  ConstraintErrors,
+  ConstraintMap,
+  ConstraintViolation,
+  TxManagerOptions,
 } from './tx-manager-options.js';
 export {
   DEFAULT_RETRY_ON,
