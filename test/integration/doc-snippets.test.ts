@@ -323,7 +323,7 @@ describe(`documentation snippets: ${blocks.length} ts blocks compile, ${runnable
     },
   );
 
-  it.each(runnable.map((b) => [b.where, b] as const))(
+  it.concurrent.each(runnable.map((b) => [b.where, b] as const))(
     '%s runs against PostgreSQL',
     async (_where, b) => {
       const db = await createTestDatabase(serverUrl(), { prefix: 'snippet' });
