@@ -20,7 +20,6 @@ export {
   IdleInTransactionTimeout,
   InProgress,
   InvalidOptions,
-  isTxKitError,
   LeaseLost,
   LockBusy,
   LockNotAvailable,

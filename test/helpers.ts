@@ -53,7 +53,6 @@ export async function useTestDatabase(poolOptions: pg.PoolConfig = {}): Promise<
     : undefined;
   const pooledUrl = bouncer?.url ?? db.url;
   const pool = new pg.Pool({ connectionString: pooledUrl, max: 20, ...poolOptions });
-  pool.on('error', () => {});
   afterAll(async () => {
     await pool.end();
     await bouncer?.stop();

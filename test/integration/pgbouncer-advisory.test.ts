@@ -48,7 +48,6 @@ describe.runIf(binary)('through PgBouncer in transaction pooling mode', () => {
   beforeAll(async () => {
     bouncer = await startPgBouncer({ target: url, poolMode: 'transaction', poolSize: 3 });
     pool = new pg.Pool({ connectionString: bouncer.url, max: 8 });
-    pool.on('error', () => {});
     tm = new TxManager(pool);
   });
   afterAll(async () => {

@@ -48,6 +48,5 @@ export function countingPool(
     }
   }
   const pool = new pg.Pool({ connectionString: url, max, Client: CountingClient });
-  pool.on('error', () => {});
   return { pool, log };
 }

@@ -1,5 +1,4 @@
 // Public surface of the queue module (re-exports only).
-export { HandlerTimeoutError } from './handler-runner.js';
 export type { EnqueuedJob, Job, JobLease, JobState } from './job.js';
 export type { MigrateResult } from './migrate-queue.js';
 export {

@@ -82,8 +82,8 @@ export const workOptionsSchema = z.strictObject({
   /**
    * Jobs claimed ahead of free handler slots and held (leased, heartbeated) in a local queue, so one
    * claim statement feeds many short handlers. 'auto' (default): adapts to the backlog — 0 while claims
-   * come back short (low load: claim only for free slots, nothing hoarded, lowest latency), doubling
-   * up to `batch` while claims come back full (a backlog: few big claims). A number fixes it.
+   * come back short (low load: claim only for free slots, nothing hoarded, lowest latency), `batch`
+   * after a full claim (a backlog: few big claims), halved after each short one. A number fixes it.
    * Buffered jobs are released at once on stop.
    */
   prefetch: z.union([z.literal('auto'), z.number().int().min(0).max(10_000)]).default('auto'),

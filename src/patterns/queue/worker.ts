@@ -121,7 +121,8 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
       this.#error(e, 'worker');
       void this.stop();
     });
-    const beat = Math.max(50, Math.floor(this.#leaseMs / 3));
+    // Ticks at lease/6, extending leases a third old: an extension is due at most half a lease in.
+    const beat = Math.max(25, Math.floor(this.#leaseMs / 6));
     // The heartbeat goes on through a graceful stop (handlers still running); the other timers do not.
     this.#heartbeatTimer = setInterval(() => void this.#heartbeat(), beat);
     this.#heartbeatTimer.unref?.();
@@ -226,11 +227,12 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
     if (this.#stopping || this.#want() > 0) this.#slot.wake();
   }
 
-  /** Adapts the local queue to the backlog (prefetch 'auto'): grows on full claims, shrinks on short ones. */
+  /** Adapts the local queue to the backlog (prefetch 'auto'): `batch` on a full claim, halved on each short one. */
   #adapt(asked: number, got: number): void {
     if (this.#o.prefetch !== 'auto') return;
-    if (got >= asked)
-      this.#prefetch = Math.min(this.#o.batch, Math.max(this.#o.concurrency, this.#prefetch * 2));
+    // A full claim means a backlog at least that deep: take the whole local queue at once (as tuned by
+    // hand); each short claim halves it, so at low load it is back to 0 after a few claims.
+    if (got >= asked) this.#prefetch = this.#o.batch;
     else this.#prefetch >>= 1;
   }
 

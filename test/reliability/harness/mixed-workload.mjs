@@ -127,7 +127,6 @@ export async function runMixedWorkload(input) {
   dbUrlObject.pathname = `/${S}`;
   const dbUrl = dbUrlObject.toString();
   const pool = new pg.Pool({ connectionString: dbUrl, max: 4, application_name: 'reliability-harness' });
-  pool.on('error', () => {});
   const tm = new TxManager(pool, { defaults: { maxAttempts: 20, backoff: { baseMs: 50, capMs: 1000 } } });
 
   // Schema: effect tables have no unique constraint, so a duplicated effect is visible to the checks.
