@@ -228,4 +228,25 @@ describe('SessionLock options', () => {
     const badOption = await SessionLock.acquire('postgres://nowhere.invalid/db', 1n, { checkEvery: 1 });
     expect(badOption.isErr() && badOption.error.kind).toBe('InvalidOptions');
   });
+
+  it('serverIdleTimeout: a bound the session would hit between two checks is refused; false disables it', async () => {
+    // A 1 ms bound made the server end the session while acquire was still running (57P05 →
+    // ConnectionLost), and a bound shorter than checkEvery ends a healthy session between two checks.
+    const key = advisoryKey('leader', 'idle-bound');
+    for (const serverIdleTimeout of [1, 0, 999, 200]) {
+      const r = await SessionLock.acquire(pool, key, { checkEvery: 200, serverIdleTimeout });
+      expect(r.isErr() && r.error.kind, `serverIdleTimeout ${serverIdleTimeout}`).toBe('InvalidOptions');
+    }
+    const disabled = await acquire(pool, key, {
+      checkEvery: 200,
+      serverIdleTimeout: false,
+      pooler: 'direct',
+    });
+    const { rows } = await pool.query<{ n: number }>(
+      "SELECT count(*)::int AS n FROM pg_stat_activity WHERE pid = $1 AND application_name = 'pg-txkit:session-lock'",
+      [disabled.pid],
+    );
+    expect(rows[0]?.n).toBe(1);
+    await disabled.release();
+  });
 });

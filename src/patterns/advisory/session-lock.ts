@@ -61,9 +61,11 @@ const sessionLockOptionsSchema = z
     /**
      * Server-side bound on an orphaned lock: `idle_session_timeout` of the lock's session. If this process
      * stops checking (frozen, partitioned, black-holed) the server ends the session — and releases the
-     * lock — after this long. Default: 3 × checkEvery + checkTimeout (at least 10 s). 0 disables it.
+     * lock — after this long. Default: 3 × checkEvery + checkTimeout (at least 10 s). At least 1 s and
+     * longer than `checkEvery` (the session is idle between two checks: a shorter bound would end a
+     * healthy session). `false` disables it; 0 is refused, as every timeout of 0 in this library.
      */
-    serverIdleTimeout: durationSchema.optional(),
+    serverIdleTimeout: z.union([z.literal(false), timeoutSchema]).optional(),
     /**
      * How the connection reaches PostgreSQL. 'detect' (default): probe for a transaction-mode pooler (a
      * second connection and a repeated `pg_backend_pid()`); 'direct': declared direct or session-mode
@@ -85,7 +87,17 @@ const sessionLockOptionsSchema = z
     /** Longest wait to open the dedicated connection. Default 10 s. */
     connectTimeout: durationSchema.default(10_000),
   })
-  .strict();
+  .strict()
+  .superRefine((o, ctx) => {
+    const idle = o.serverIdleTimeout;
+    if (typeof idle === 'number' && (idle < 1000 || idle <= o.checkEvery)) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['serverIdleTimeout'],
+        message: `serverIdleTimeout must be at least 1 s and longer than checkEvery (${o.checkEvery} ms): the session is idle between checks (false disables it)`,
+      });
+    }
+  });
 
 /** Options of {@link SessionLock.acquire}. */
 export type SessionLockOptions = z.input<typeof sessionLockOptionsSchema>;
@@ -473,8 +485,10 @@ async function acquire(
     // Capped at the largest value the settings accept (int32 ms): with checkEvery near that bound the
     // sum overflowed and SET failed with 22023 (found by test/property/fuzz-advisory).
     const serverIdle =
-      options.serverIdleTimeout ??
-      Math.min(MAX_DURATION_MS, Math.max(10_000, 3 * options.checkEvery + checkTimeout));
+      options.serverIdleTimeout === false
+        ? 0
+        : (options.serverIdleTimeout ??
+          Math.min(MAX_DURATION_MS, Math.max(10_000, 3 * options.checkEvery + checkTimeout)));
     const names = [
       'tcp_keepalives_idle',
       'tcp_keepalives_interval',
