@@ -1,4 +1,5 @@
 import pg from 'pg';
+import { fullJitterDelay } from '../../tx/backoff.js';
 import { TransactionPoolerDetected } from '../advisory/session-lock.js';
 import { Wakeup } from './wakeup.js';
 
@@ -135,8 +136,9 @@ export class JobListener {
         void client.end().catch(() => {});
       }
       failures++;
-      // Polling covers the gap; reconnect with a bounded backoff, at once on stop.
-      await this.#retry.wait(Math.min(MAX_BACKOFF_MS, 100 * 2 ** Math.min(failures, 6)));
+      // Polling covers the gap; reconnect with a bounded full-jitter backoff (the library's one delay
+      // formula: many workers reconnecting after a failover do not retry in step), at once on stop.
+      await this.#retry.wait(fullJitterDelay(failures, { baseMs: 100, capMs: MAX_BACKOFF_MS }));
     }
   }
 
