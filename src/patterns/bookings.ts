@@ -10,10 +10,10 @@ import {
   NotFound,
   Overlap,
 } from '../errors/index.js';
-import { type Db, inTransaction, type Queryable } from '../tx/types.js';
+import type { Db, Queryable } from '../tx/types.js';
 import { parseOptions } from './parse-options.js';
 import { runMigration } from './run-migration.js';
-import { runQuery } from './run-query.js';
+import { checkInTransaction, runQuery } from './run-query.js';
 import { columnNameSchema, derivedName, quoteName, tableNameSchema } from './sql-identifier.js';
 
 /**
@@ -323,8 +323,13 @@ export class Bookings {
     excludeId: unknown,
   ): ResultAsync<R, Overlap<R> | DatabaseFailure> {
     const q = db as Queryable;
-    const inTx = inTransaction(db);
+    let inTx: boolean | undefined;
     const attempt = async (): Promise<Result<{ row: R | undefined }, DatabaseFailure>> => {
+      if (inTx === undefined) {
+        const checked = await checkInTransaction(db);
+        if (checked.isErr()) return err(checked.error);
+        inTx = checked.value;
+      }
       if (!inTx) return (await runQuery<R>(db, text, params)).map((r) => ({ row: r.rows[0] }));
       // A savepoint so that a refused statement leaves the caller's transaction usable (we still need to
       // read the conflicting rows, and a 40P01 retry must not lose the caller's earlier work).

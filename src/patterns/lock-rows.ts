@@ -2,9 +2,9 @@ import { errAsync, okAsync, type ResultAsync } from 'neverthrow';
 import type pg from 'pg';
 import { z } from 'zod/v4';
 import { type DatabaseFailure, type InvalidOptions, NotInTransaction } from '../errors/index.js';
-import { type Db, inTransaction } from '../tx/types.js';
+import type { Db } from '../tx/types.js';
 import { parseOptions } from './parse-options.js';
-import { runQuery } from './run-query.js';
+import { checkInTransaction, runQuery } from './run-query.js';
 import { columnNameSchema, quoteName, tableNameSchema } from './sql-identifier.js';
 
 /** Row lock strengths, weakest last. */
@@ -109,7 +109,6 @@ export function lockRows<R extends pg.QueryResultRow = Record<string, unknown>>(
   const parsed = parseOptions(lockRowsOptionsSchema, options);
   if (parsed.isErr()) return errAsync(parsed.error);
   const { table, key, ids, mode, wait, columns } = parsed.value;
-  if (!inTransaction(db)) return errAsync(new NotInTransaction('lockRows'));
   const unique = [...new Map(ids.map((id) => [String(id), id])).values()];
   const select =
     columns === undefined ? '*' : [...new Set([key, ...columns])].map((c) => quoteName(c)).join(', ');
@@ -119,15 +118,21 @@ export function lockRows<R extends pg.QueryResultRow = Record<string, unknown>>(
   // array_positions($1, key) also fixes $1's type as the key column's array type (the target list is
   // analysed before WHERE), so `key = ANY($1)` and the positions both compare in that type.
   const text = `SELECT ${select}, array_positions($1, ${k}) AS ${POSITIONS} FROM ${quoteName(table)} WHERE ${k} = ANY($1) ORDER BY ${k} ${LOCK_CLAUSE[mode]}${WAIT_CLAUSE[wait]}`;
-  return runQuery<R & Record<typeof POSITIONS, number[] | null>>(db, text, [
-    unique.map((id) => (typeof id === 'bigint' ? id.toString() : id)),
-  ]).andThen((result) => {
-    const found = new Set<number>();
-    const rows = result.rows.map((withPositions) => {
-      const { [POSITIONS]: positions, ...row } = withPositions;
-      for (const p of positions ?? []) found.add(p);
-      return row as unknown as R;
+  return checkInTransaction(db)
+    .andThen((inTx) =>
+      inTx
+        ? runQuery<R & Record<typeof POSITIONS, number[] | null>>(db, text, [
+            unique.map((id) => (typeof id === 'bigint' ? id.toString() : id)),
+          ])
+        : errAsync(new NotInTransaction('lockRows')),
+    )
+    .andThen((result) => {
+      const found = new Set<number>();
+      const rows = result.rows.map((withPositions) => {
+        const { [POSITIONS]: positions, ...row } = withPositions;
+        for (const p of positions ?? []) found.add(p);
+        return row as unknown as R;
+      });
+      return okAsync({ rows, missing: unique.filter((_, i) => !found.has(i + 1)) });
     });
-    return okAsync({ rows, missing: unique.filter((_, i) => !found.has(i + 1)) });
-  });
 }

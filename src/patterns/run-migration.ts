@@ -67,7 +67,7 @@ export function runMigration<T>(
   };
   const run = async (): Promise<T> => {
     const q = db as Queryable;
-    if (inTransaction(db)) return body(q);
+    if (await inTransaction(db)) return body(q);
     const timeout = spec.lockTimeoutMs ?? 5000;
     const inOwnTransaction = async (c: Queryable): Promise<T> => {
       // BEGIN and a transaction-local lock_timeout (a validated integer) in one round trip: it bounds

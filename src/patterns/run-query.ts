@@ -1,7 +1,7 @@
 import { err, ok, ResultAsync } from 'neverthrow';
 import type pg from 'pg';
 import { classify, type DatabaseFailure } from '../errors/index.js';
-import type { Db, Queryable } from '../tx/types.js';
+import { type Db, inTransaction, type Queryable } from '../tx/types.js';
 
 /**
  * Runs one statement on `db` and turns a database failure into a value. Anything `classify` does not
@@ -17,6 +17,25 @@ export function runQuery<R extends pg.QueryResultRow = Record<string, unknown>>(
 ): ResultAsync<pg.QueryResult<R>, DatabaseFailure> {
   const promise = (db as Queryable).query<R>(text, values).then(
     (result) => ok(result),
+    (error: unknown) => {
+      const failure = classify(error);
+      if (failure === undefined) throw error;
+      return err(failure);
+    },
+  );
+  return new ResultAsync(promise);
+}
+
+/**
+ * Is `db` inside a transaction? {@link inTransaction} as a value: a database failure of the check (on
+ * a pg older than 8.21 it asks the server) is an `Err`; a defect rejects unchanged.
+ *
+ * @example
+ * const inTx = await checkInTransaction(client); // Ok(true) after BEGIN
+ */
+export function checkInTransaction(db: Db): ResultAsync<boolean, DatabaseFailure> {
+  const promise = inTransaction(db).then(
+    (value) => ok(value),
     (error: unknown) => {
       const failure = classify(error);
       if (failure === undefined) throw error;

@@ -54,12 +54,47 @@ export function isTx(db: unknown): db is Tx {
 }
 
 /**
- * Is `db` known to be inside a transaction? True for a {@link Tx}, and for a pg client whose last
- * ReadyForQuery said 'T' (in a transaction) or 'E' (failed transaction); false for a pool.
+ * Is `db` inside a transaction, as far as can be known without asking the server? True for a
+ * {@link Tx} and for a pg client whose last ReadyForQuery said 'T' (in a transaction) or 'E' (failed
+ * transaction); false for a pool (its query runs on an idle client) or no queryable at all; undefined
+ * for a client of a pg older than 8.21, which keeps no transaction status.
  */
-export function inTransaction(db: unknown): boolean {
+function knownInTransaction(db: unknown): boolean | undefined {
   if (isTx(db)) return true;
   if (typeof db !== 'object' || db === null) return false;
-  const status = (db as { getTransactionStatus?: () => string | null }).getTransactionStatus?.();
-  return status === 'T' || status === 'E';
+  const d = db as { getTransactionStatus?: () => string | null; query?: unknown; totalCount?: unknown };
+  if (typeof d.getTransactionStatus === 'function') {
+    const status = d.getTransactionStatus();
+    return status === 'T' || status === 'E';
+  }
+  if (typeof d.totalCount === 'number') return false; // a pool, by shape
+  return typeof d.query === 'function' ? undefined : false;
+}
+
+/** 25P02: "current transaction is aborted": only a session inside a failed transaction says it. */
+const IN_FAILED_TRANSACTION = '25P02';
+
+/**
+ * Is `db` inside a transaction? Answered locally where pg reports the status (a {@link Tx}, pg 8.21+,
+ * a pool); on an older pg's client, asked of the server in one statement. Rejects with the driver's
+ * error when that statement fails for another reason (a lost connection).
+ *
+ * @example
+ * await client.query('BEGIN');
+ * await inTransaction(client); // → true
+ */
+export async function inTransaction(db: unknown): Promise<boolean> {
+  const known = knownInTransaction(db);
+  if (known !== undefined) return known;
+  try {
+    // No lock. In autocommit a statement is its own transaction, so both timestamps are its start;
+    // inside a transaction block the transaction started with an earlier statement (BEGIN).
+    const { rows } = await (db as Queryable).query<{ in_tx: boolean }>(
+      'SELECT statement_timestamp() <> transaction_timestamp() AS in_tx',
+    );
+    return rows[0]?.in_tx === true;
+  } catch (error) {
+    if ((error as { code?: unknown } | null)?.code === IN_FAILED_TRANSACTION) return true;
+    throw error;
+  }
 }
