@@ -6,7 +6,8 @@
 // Reported per contender: median jobs/s with min–max, the median of its per-round ratio to
 // graphile-worker (same round), worker CPU per job (the two processes, user + system) and server CPU per
 // job (the PostgreSQL postmaster and its backends, from /proc, when the server is local). Then pg-txkit's
-// enqueue → handler start latency with LISTEN at 100 jobs/s (p50, p99).
+// enqueue → handler start latency with LISTEN at 100 jobs/s (p50, p99), and pg-txkit defaults ÷ tuned
+// per round (median, min–max).
 // Worker processes run bench/queue/child.mjs, which loads pg-txkit from dist/ (`npm run build` first).
 // Standalone: `npm run build && npm run build:bench && node dist-bench/bench/queue.js` (env:
 // PGTXKIT_BENCH_QUEUE_JOBS, PGTXKIT_BENCH_QUEUE_ROUNDS, PGTXKIT_BENCH_QUEUE_ONLY=txkit-defaults,graphile…).
@@ -326,6 +327,8 @@ export async function run({
     const serverCpu = serverCpuReader(await postmasterPid(pool));
     const results = new Map<string, RoundResult[]>(contenders.map((c) => [c.id, []]));
     const ratios = new Map<string, number[]>(contenders.map((c) => [c.id, []]));
+    /** pg-txkit defaults ÷ tuned, per round (both measured in the same round). */
+    const defaultsVsTuned: number[] = [];
     const load0 = loadavg()[0] ?? 0;
     const total = ROUNDS * contenders.length;
     for (let round = 0; round < ROUNDS; round++) {
@@ -341,6 +344,9 @@ export async function run({
       }
       const base = inRound.get(BASELINE) ?? Number.NaN;
       for (const [id, v] of inRound) ratios.get(id)?.push(v / base);
+      const defaults = inRound.get('txkit-defaults');
+      const tuned = inRound.get('txkit-tuned');
+      if (defaults !== undefined && tuned !== undefined) defaultsVsTuned.push(defaults / tuned);
     }
     onProgress(total, total);
     const latency = await latencyAt100PerSec(pool);
@@ -366,6 +372,10 @@ export async function run({
     const notes =
       `burn-down of ${JOBS} no-op jobs, ${PROCESSES} worker processes × concurrency ${CONCURRENCY}, same server, ` +
       `${ROUNDS} interleaved rounds; load average ${load0.toFixed(2)} → ${load1.toFixed(2)}; ` +
+      (defaultsVsTuned.length > 0
+        ? `pg-txkit defaults ÷ tuned, same round: ${fmt(median(defaultsVsTuned), 2)}× ` +
+          `(${fmt(Math.min(...defaultsVsTuned), 2)}–${fmt(Math.max(...defaultsVsTuned), 2)}); `
+        : '') +
       `pg-txkit defaults + LISTEN at 100 jobs/s, enqueue → handler start: p50 ${latency.p50.toFixed(2)} ms, ` +
       `p99 ${latency.p99.toFixed(2)} ms, max ${latency.max.toFixed(2)} ms`;
     process.stdout.write(`${lines.join('\n')}\n\n${notes}\n`);

@@ -185,6 +185,39 @@ describe('worker', () => {
     expect(await rows(queue)).toEqual([]);
   });
 
+  it('default prefetch holds nothing at low load: with its slots busy, a trickle of jobs goes to another worker', async () => {
+    const queue = await freshQueue(true);
+    const g = gate();
+    // A worker with the defaults only; its handler slots (4) fill with jobs that wait on the gate.
+    const busy = queue.work({
+      work: async () => {
+        await g.at('hold');
+      },
+    });
+    (
+      await queue.enqueueMany(
+        sessionPool,
+        'work',
+        [0, 1, 2, 3].map((n) => ({ n })),
+      )
+    )._unsafeUnwrap();
+    await g.reached('hold', 4);
+    const ran: number[] = [];
+    const idle = queue.work({ work: (job) => void ran.push(job.payload.n) }, { concurrency: 1 });
+    // A trickle: one job at a time, the next once the previous one is done (its row deleted).
+    for (const n of [10, 11, 12, 13, 14, 15, 16, 17]) {
+      const { id } = (await queue.enqueue(sessionPool, 'work', { n }))._unsafeUnwrap();
+      await eventually(async () => !(await rows(queue)).some((r) => r.id === id), 5000);
+    }
+    // Every trickled job ran on the idle worker; the busy one started none and holds none.
+    expect(ran).toEqual([10, 11, 12, 13, 14, 15, 16, 17]);
+    expect(busy.counters.started).toBe(4);
+    expect((await rows(queue)).map((r) => r.state)).toEqual(['running', 'running', 'running', 'running']);
+    g.open('hold');
+    await Promise.all([busy.stop(), idle.stop()]);
+    expect(busy.counters).toMatchObject({ started: 4, completed: 4, released: 0 });
+  });
+
   it('forced stop after graceMs aborts handlers and releases their jobs without charging the attempt', async () => {
     const queue = await freshQueue();
     const job = (await queue.enqueue(pool, 'work', { n: 1 }))._unsafeUnwrap();

@@ -117,7 +117,9 @@ export class HandlerRunner {
   readonly #o: HandlerRunnerOptions;
   readonly #events: HandlerRunnerEvents;
   readonly #running = new Map<string, Running>();
-  readonly #runs = new Set<Promise<void>>();
+  /** Runs started and not yet ended (their settle written or given up); counted, not kept (hot path). */
+  #runs = 0;
+  readonly #onIdle: (() => void)[] = [];
 
   constructor(
     store: JobStore,
@@ -151,10 +153,8 @@ export class HandlerRunner {
       txCalls: 0,
     };
     this.#running.set(job.id, running);
-    const p: Promise<void> = this.#guarded(running).then(() => {
-      this.#runs.delete(p);
-    });
-    this.#runs.add(p);
+    this.#runs++;
+    void this.#guarded(running);
   }
 
   /** Runs a job; never rejects (a defect in the runner is reported), always frees the slot. */
@@ -165,6 +165,7 @@ export class HandlerRunner {
       this.#events.onError(e, 'worker');
     } finally {
       this.#free(running.job.id);
+      if (--this.#runs === 0) for (const resolve of this.#onIdle.splice(0)) resolve();
     }
   }
 
@@ -179,8 +180,9 @@ export class HandlerRunner {
   }
 
   /** Resolves when every run started so far has ended (its settle written or given up). */
-  async settled(): Promise<void> {
-    while (this.#runs.size > 0) await Promise.all([...this.#runs]);
+  settled(): Promise<void> {
+    if (this.#runs === 0) return Promise.resolve();
+    return new Promise((resolve) => this.#onIdle.push(resolve));
   }
 
   /**

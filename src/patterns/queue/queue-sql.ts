@@ -83,7 +83,8 @@ export function queueStatements(
     // Lock: FOR UPDATE (row lock of DELETE) on each job still running under its lease token. Fenced by
     // id + lease_token + state: a settle whose lease was lost (reaped, re-claimed, cancelled) matches
     // nothing and changes nothing. One statement for a whole batch (unnest). Done jobs are deleted (or
-    // moved to jobs_archive) so the hot table stays small.
+    // moved to jobs_archive) so the hot table stays small. The ids come back in ONE row (a text[]): 500
+    // result rows cost the worker more to parse than the statement's own work.
     complete: `
       WITH done AS (
         DELETE FROM ${jobs} j
@@ -91,7 +92,7 @@ export function queueStatements(
          WHERE j.id = i.id AND j.lease_token = i.token AND j.state = 'running'
         RETURNING j.id, j.task, j.payload, j.attempts, j.key, j.last_error, j.created_at
       )${archiveDone('done', 'done')}
-      SELECT id FROM done`,
+      SELECT coalesce(array_agg(id::text), '{}') AS ids FROM done`,
     // Lock: FOR NO KEY UPDATE (row lock of an UPDATE that leaves keys alone) on each job still running
     // under its token. Fenced like complete. Retry at now() + explicit delay, or the job's backoff with
     // full jitter; dead once attempts are used up (or when final).

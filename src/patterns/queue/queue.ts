@@ -36,7 +36,7 @@ import {
   redriveOptionsSchema,
 } from './queue-options.js';
 import { type QueueStatements, queueStatements } from './queue-sql.js';
-import { invalidLease, isJobId, splitLeases } from './split-leases.js';
+import { invalidLease, isJobId, leaseArrays, splitLeases } from './split-leases.js';
 import type { WorkHandlers, WorkOptionsInput } from './work-options.js';
 import { QueueWorker } from './worker.js';
 
@@ -397,11 +397,8 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
   ): ResultAsync<CompleteManyResult, DatabaseFailure> {
     const { valid, invalid } = splitLeases(jobs, (j) => j);
     if (valid.length === 0) return okAsync({ completed: [], lost: [], invalid });
-    return run<{ id: string }>(db, this.#sql.complete, [
-      valid.map((j) => j.id),
-      valid.map((j) => j.leaseToken),
-    ]).map((res) => {
-      const done = new Set(res.rows.map((r) => String(r.id)));
+    return run<{ ids: string[] }>(db, this.#sql.complete, leaseArrays(valid)).map((res) => {
+      const done = new Set(res.rows[0]?.ids);
       const completed: string[] = [];
       const lost: string[] = [];
       for (const j of valid) (done.has(j.id) ? completed : lost).push(j.id);
@@ -623,8 +620,11 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
    * await tm.do(async (tx) => ((await queue.completeWithin(tx, job)) ? ok(1) : err(new LeaseLost(job.id))));
    */
   async completeWithin(db: Db, job: JobLease): Promise<boolean> {
-    const res = await (db as Queryable).query(this.#sql.complete, [[job.id], [job.leaseToken]]);
-    return (res.rowCount ?? 0) > 0;
+    const res = await (db as Queryable).query<{ ids: string[] }>(this.#sql.complete, [
+      [job.id],
+      [job.leaseToken],
+    ]);
+    return (res.rows[0]?.ids.length ?? 0) > 0;
   }
 
   /** The payload schema of a task (undefined if not registered). */

@@ -63,3 +63,21 @@ export function splitLeases<L>(
 export function invalidLease(lease: JobLease): InvalidOptions | undefined {
   return leaseProblem(lease);
 }
+
+/**
+ * The ids and lease tokens of well-formed leases (from {@link splitLeases}) as two array literals for
+ * `$1::bigint[]` and `$2::uuid[]`. Digits and uuids need no quoting, so the literal is a join: the
+ * driver's own array serialisation escaped every element one by one, a visible cost of a 500-job settle.
+ *
+ * @example
+ * const [ids, tokens] = leaseArrays(valid); // '{1,2}', '{3f1c…,9a0b…}'
+ */
+export function leaseArrays(valid: readonly JobLease[]): [string, string] {
+  let ids = '';
+  let tokens = '';
+  for (const lease of valid) {
+    ids += ids === '' ? String(lease.id) : `,${String(lease.id)}`;
+    tokens += tokens === '' ? lease.leaseToken : `,${lease.leaseToken}`;
+  }
+  return [`{${ids}}`, `{${tokens}}`];
+}

@@ -81,9 +81,10 @@ export const workOptionsSchema = z.strictObject({
   batch: z.number().int().min(1).max(1000).default(500),
   /**
    * Jobs claimed ahead of free handler slots and held (leased, heartbeated) in a local queue, so one
-   * claim statement feeds many short handlers. 'auto' (default): adapts to the backlog — 0 while claims
-   * come back short (low load: claim only for free slots, nothing hoarded, lowest latency), `batch`
-   * after a full claim (a backlog: few big claims), halved after each short one. A number fixes it.
+   * claim statement feeds many short handlers. 'auto' (default): adapts to the backlog — `batch` after
+   * a full claim (a backlog: few big claims), 0 after a short one (low load: claim only for the free
+   * slots plus one job, so nothing is hoarded while another worker is idle; lowest latency). A number
+   * fixes it.
    * Buffered jobs are released at once on stop.
    */
   prefetch: z.union([z.literal('auto'), z.number().int().min(0).max(10_000)]).default('auto'),

@@ -213,13 +213,15 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
   /**
    * How many jobs the next claim should ask for, or 0 to wait: the free handler slots plus the free
    * part of the local queue, once the local queue has drained to half (one big claim rather than many
-   * small ones).
+   * small ones). With prefetch 'auto' at 0, an idle slot's claim asks for ONE job more than the free
+   * slots: only a claim that comes back with that extra job shows a backlog beyond the slots.
    */
   #want(): number {
     const free = this.#o.concurrency + this.#prefetch - this.#held;
     const lowWater = Math.max(1, this.#prefetch >> 1);
     if (free < lowWater && !(free > 0 && this.#buffer.length === 0)) return 0;
-    return Math.min(this.#o.batch, free);
+    const probe = this.#o.prefetch === 'auto' && this.#prefetch === 0 ? 1 : 0;
+    return Math.min(this.#o.batch, free + probe);
   }
 
   #slotFree(): void {
@@ -227,13 +229,15 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
     if (this.#stopping || this.#want() > 0) this.#slot.wake();
   }
 
-  /** Adapts the local queue to the backlog (prefetch 'auto'): `batch` on a full claim, halved on each short one. */
+  /**
+   * Adapts the local queue to the backlog (prefetch 'auto'): `batch` after a full claim, 0 after a
+   * short one. A full claim (with the probe's extra job, see #want) means more jobs are waiting than the
+   * free slots: take the whole local queue at once, as tuned by hand. A short claim took every job
+   * that was free: holding more would only take jobs another worker could start now.
+   */
   #adapt(asked: number, got: number): void {
     if (this.#o.prefetch !== 'auto') return;
-    // A full claim means a backlog at least that deep: take the whole local queue at once (as tuned by
-    // hand); each short claim halves it, so at low load it is back to 0 after a few claims.
-    if (got >= asked) this.#prefetch = this.#o.batch;
-    else this.#prefetch >>= 1;
+    this.#prefetch = got >= asked ? this.#o.batch : 0;
   }
 
   async #claimLoop(): Promise<void> {
