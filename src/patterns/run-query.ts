@@ -15,15 +15,21 @@ export function runQuery<R extends pg.QueryResultRow = Record<string, unknown>>(
   text: string,
   values: readonly unknown[] = [],
 ): ResultAsync<pg.QueryResult<R>, DatabaseFailure> {
-  const promise = (db as Queryable).query<R>(text, values).then(
-    (result) => ok(result),
-    (error: unknown) => {
-      const failure = classify(error);
-      if (failure === undefined) throw error;
-      return err(failure);
-    },
+  return asResult((db as Queryable).query<R>(text, values));
+}
+
+/** A driver promise as a value: a database failure is an `Err`, anything else (a defect) rejects unchanged. */
+function asResult<T>(promise: Promise<T>): ResultAsync<T, DatabaseFailure> {
+  return new ResultAsync(
+    promise.then(
+      (value) => ok(value),
+      (error: unknown) => {
+        const failure = classify(error);
+        if (failure === undefined) throw error;
+        return err(failure);
+      },
+    ),
   );
-  return new ResultAsync(promise);
 }
 
 /**
@@ -34,13 +40,5 @@ export function runQuery<R extends pg.QueryResultRow = Record<string, unknown>>(
  * const inTx = await checkInTransaction(client); // Ok(true) after BEGIN
  */
 export function checkInTransaction(db: Db): ResultAsync<boolean, DatabaseFailure> {
-  const promise = inTransaction(db).then(
-    (value) => ok(value),
-    (error: unknown) => {
-      const failure = classify(error);
-      if (failure === undefined) throw error;
-      return err(failure);
-    },
-  );
-  return new ResultAsync(promise);
+  return asResult(inTransaction(db));
 }
