@@ -11,7 +11,11 @@ const REQUIRE_PGBOUNCER_ENV = 'PG_TXKIT_REQUIRE_PGBOUNCER';
 /** Integration files run through PgBouncer by the `pgbouncer` project (a second pass over them). */
 const THROUGH_PGBOUNCER = /^(tx|patterns|queue)-.*\.test\.ts$/;
 /** Integration files that start a PgBouncer themselves. */
-const NEED_PGBOUNCER = ['pgbouncer-advisory.test.ts', 'security-pooler-refusal.test.ts'];
+const NEED_PGBOUNCER = [
+  'pgbouncer-advisory.test.ts',
+  'pgbouncer-capabilities.test.ts',
+  'security-pooler-refusal.test.ts',
+];
 
 const integrationFiles = readdirSync(new URL('./test/integration/', import.meta.url));
 const pgbouncer = await findPgBouncer();

@@ -1,9 +1,11 @@
 // Public surface of 'pg-txkit' (re-exports only): what README.md and docs/ document, nothing else
 // (test/unit/public-exports.test.ts lists it; an export added by accident fails there).
+export * from './capabilities/index.js';
 export * from './diagnostics/index.js';
 export {
   AlreadyDone,
   type AttemptRecord,
+  type CapabilityName,
   CheckViolation,
   CommitOutcomeUnknown,
   ConditionFailed,
@@ -40,6 +42,7 @@ export {
   type TxKitErrorKind,
   UniqueViolation,
   UnknownTask,
+  Unsupported,
 } from './errors/index.js';
 export * from './patterns/advisory/index.js';
 export * from './patterns/index.js';

@@ -60,3 +60,11 @@ export async function useTestDatabase(poolOptions: pg.PoolConfig = {}): Promise<
   });
   return { db, url: db.url, pooledUrl, bouncer, pool };
 }
+
+/** `url` with another role and password (a test's least-privileged login). */
+export function urlAs(url: string, role: string, password: string): string {
+  const u = new URL(url);
+  u.username = role;
+  u.password = password;
+  return u.toString();
+}

@@ -411,6 +411,39 @@ export class UnknownTask extends TxKitError {
   }
 }
 
+/** A capability {@link Unsupported} can name (the fields of `capabilities()`'s result). */
+export type CapabilityName =
+  | 'advisoryLocks'
+  | 'sessionLocks'
+  | 'listenNotify'
+  | 'skipLocked'
+  | 'btreeGist'
+  | 'exclusionConstraints'
+  | 'serializable'
+  | 'savepoints';
+
+/**
+ * The server, or the way the connection reaches it, lacks what an operation needs: `btree_gist` that
+ * this role cannot install (Bookings), LISTEN that an engine refuses (the queue worker then polls).
+ * `reason` says what was found and what to do. Nothing was changed.
+ *
+ * @example
+ * const r = await rooms.migrate(pool);
+ * if (r.isErr() && r.error.kind === 'Unsupported') console.error(r.error.capability, r.error.reason);
+ */
+export class Unsupported extends TxKitError {
+  readonly kind = 'Unsupported' as const;
+  /** What is missing. */
+  readonly capability: CapabilityName;
+  /** What was found, and how to get it (an install command, a setting). */
+  readonly reason: string;
+  constructor(capability: CapabilityName, reason: string, cause?: unknown) {
+    super(`${capability} is not available: ${reason}`, cause);
+    this.capability = capability;
+    this.reason = reason;
+  }
+}
+
 /** Any other database error, with its SQLSTATE. Not retried. */
 export class DbError extends TxKitError {
   readonly kind = 'DbError' as const;
@@ -457,7 +490,8 @@ export type TxKitErrorKind =
   | InProgress['kind']
   | IdempotencyConflict['kind']
   | AlreadyDone['kind']
-  | UnknownTask['kind'];
+  | UnknownTask['kind']
+  | Unsupported['kind'];
 
 /** Is this value one of pg-txkit's errors? (Optionally of a given kind.) */
 export function isTxKitError<K extends TxKitErrorKind>(

@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { err, errAsync, ok, okAsync, type Result, ResultAsync } from 'neverthrow';
 import type pg from 'pg';
 import { z } from 'zod/v4';
+import { extensionProblem, extensionStatus } from '../capabilities/extension-status.js';
 import {
   classify,
   type DatabaseFailure,
@@ -9,6 +10,7 @@ import {
   type InvalidOptions,
   NotFound,
   Overlap,
+  Unsupported,
 } from '../errors/index.js';
 import type { Db, Queryable } from '../tx/types.js';
 import { parseOptions } from './parse-options.js';
@@ -129,7 +131,10 @@ export class Bookings {
    * Idempotent and safe to run from many processes at once, the first time too: the extension and the
    * constraint are created under transaction-scoped advisory locks (see `runMigration`), so concurrent
    * callers run one after the other and the later ones find everything in place. Always a Result: a
-   * lock wait past `lockTimeoutMs`, missing privileges or a lost connection is an `Err`.
+   * lock wait past `lockTimeoutMs`, missing privileges or a lost connection is an `Err`. It checks
+   * `btree_gist` first: not installed and not installable by this role (no CREATE on the database, or
+   * no contrib package on the server) → `Unsupported { capability: 'btreeGist' }` whose reason names
+   * the extension and how to install it; nothing is changed.
    *
    * Locks: ALTER TABLE … ADD CONSTRAINT takes ACCESS EXCLUSIVE on the table and builds a GiST index:
    * every reader and writer of the table waits meanwhile. `lock_timeout` (default 5 s) makes it give up
@@ -141,20 +146,38 @@ export class Bookings {
   migrate(
     pool: pg.Pool | pg.Client,
     options: { lockTimeoutMs?: number } = {},
-  ): ResultAsync<{ created: boolean }, InvalidOptions | DatabaseFailure> {
+  ): ResultAsync<{ created: boolean }, InvalidOptions | Unsupported | DatabaseFailure> {
     const parsed = parseOptions(
       z.object({ lockTimeoutMs: z.number().int().min(1).max(600_000).default(5000) }).strict(),
       options,
     );
     if (parsed.isErr()) return errAsync(parsed.error);
+    // Start-up check (one catalog read, no lock): btree_gist installed, or this role may install it.
+    // Else a typed error that names the extension and the fix, instead of CREATE EXTENSION's raw
+    // 42501 / 58P01 halfway through the migration.
+    const checked = ResultAsync.fromPromise(extensionStatus(pool, 'btree_gist'), (error) => {
+      const failure = classify(error);
+      if (failure === undefined) throw error;
+      return failure;
+    }).andThen((status) => {
+      const problem = extensionProblem('btree_gist', status);
+      return problem === undefined ? okAsync(undefined) : errAsync(new Unsupported('btreeGist', problem));
+    });
     // The migration's advisory key is advisoryKey('pg-txkit', 'bookings:<table>'): the same bytes as in
     // earlier versions, so an old and a new replica deploying together still serialize.
+    return checked.andThen(() => this.#migrate(pool, parsed.value.lockTimeoutMs));
+  }
+
+  #migrate(
+    pool: pg.Pool | pg.Client,
+    lockTimeoutMs: number,
+  ): ResultAsync<{ created: boolean }, DatabaseFailure> {
     return runMigration(
       pool,
       {
         name: `bookings:${this.table}`,
         extensions: ['btree_gist'],
-        lockTimeoutMs: parsed.value.lockTimeoutMs,
+        lockTimeoutMs,
       },
       async (client) => {
         // Catalog read: the table's exclusion constraints. One named like ours, or with our definition

@@ -16,7 +16,7 @@ import { Queue } from '../../src/patterns/queue/queue.js';
 import { updateWhere } from '../../src/patterns/update-where.js';
 import { upsert } from '../../src/patterns/upsert.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
-import { useTestDatabase } from '../helpers.js';
+import { urlAs, useTestDatabase } from '../helpers.js';
 
 // The library under least privilege: no superuser anywhere below, only the grants that
 // docs/security.md lists. Two roles, as in production:
@@ -33,10 +33,7 @@ const q = (name: string) => pg.escapeIdentifier(name);
 
 /** A URL of this database as `role`. */
 function as(role: string): string {
-  const u = new URL(url);
-  u.username = role;
-  u.password = password;
-  return u.toString();
+  return urlAs(url, role, password);
 }
 
 // Exactly the grants of docs/security.md (run by an administrator once).

@@ -1,6 +1,8 @@
 import { err, ok, type Result, ResultAsync } from 'neverthrow';
 import pg from 'pg';
 import { z } from 'zod/v4';
+import { connectionConfigOf } from '../../capabilities/connection-config-of.js';
+import { backendPid, detectTransactionPooler } from '../../capabilities/detect-transaction-pooler.js';
 import {
   ConnectionLost,
   classify,
@@ -12,7 +14,6 @@ import {
   TxKitError,
 } from '../../errors/index.js';
 import { durationSchema, MAX_DURATION_MS, timeoutSchema } from '../../tx/duration.js';
-import { isPool } from '../../tx/is-pool.js';
 import { type AnyAdvisoryKey, formatAdvisoryKey, isAdvisoryKey, lockTagOf } from './advisory-key.js';
 import { invalid, parseOptions } from './parse-options.js';
 
@@ -119,9 +120,6 @@ export interface SessionLockReleased {
   /** True when `pg_advisory_unlock` ran on the holding session and returned true. */
   readonly unlocked: boolean;
 }
-
-// No lock: this session's backend pid, to detect a pooler that moves us between backends.
-const PID_SQL = 'SELECT pg_backend_pid() AS pid';
 
 // No lock: makes the server end this session (and so drop its lock) if we go quiet — the server-side
 // bound on an orphaned lock (a backend that never noticed its client was gone, after a serverless proxy cut the TCP connection). Only
@@ -379,14 +377,8 @@ function lockStatement(
 }
 
 function clientConfigOf(target: SessionLockTarget, options: Parsed): pg.ClientConfig {
-  const base: pg.ClientConfig =
-    typeof target === 'string'
-      ? { connectionString: target }
-      : isPool(target)
-        ? { ...(target.options as pg.ClientConfig) }
-        : { ...target };
   return {
-    ...base,
+    ...connectionConfigOf(target),
     application_name: options.applicationName,
     connectionTimeoutMillis: options.connectTimeout,
     keepAlive: true,
@@ -415,34 +407,6 @@ function failure(error: unknown): SessionLockError {
   const classified = classify(error);
   if (classified) return classified;
   throw error; // not a database failure: a defect
-}
-
-async function pidOf(client: pg.Client): Promise<number> {
-  const { rows } = await client.query<{ pid: number }>(PID_SQL);
-  return Number(rows[0]?.pid);
-}
-
-/** Probes for a transaction-mode pooler; returns the evidence if one is found. */
-async function detectPooler(
-  client: pg.Client,
-  config: pg.ClientConfig,
-): Promise<{ pid: number; evidence?: string }> {
-  const first = await pidOf(client);
-  const probe = await connect(config);
-  let other: number;
-  try {
-    other = await pidOf(probe);
-  } finally {
-    await closeClient(probe);
-  }
-  const again = await pidOf(client);
-  if (other === first) {
-    return { pid: first, evidence: `two separate connections were served by the same backend pid ${first}` };
-  }
-  if (again !== first) {
-    return { pid: first, evidence: `consecutive statements ran on backends ${first} and ${again}` };
-  }
-  return { pid: first };
 }
 
 async function acquire(
@@ -475,11 +439,11 @@ async function acquire(
   try {
     let pid: number;
     if (options.pooler === 'detect') {
-      const detected = await detectPooler(client, config);
+      const detected = await detectTransactionPooler(client, () => connect(config), closeClient);
       if (detected.evidence) return err(new TransactionPoolerDetected(detected.evidence));
       pid = detected.pid;
     } else {
-      pid = await pidOf(client);
+      pid = await backendPid(client);
     }
     const checkTimeout = checkTimeoutOf(options);
     // Capped at the largest value the settings accept (int32 ms): with checkEvery near that bound the

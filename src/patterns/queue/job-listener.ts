@@ -1,4 +1,5 @@
 import pg from 'pg';
+import { detectTransactionPooler } from '../../capabilities/detect-transaction-pooler.js';
 import { fullJitterDelay } from '../../tx/backoff.js';
 import { TransactionPoolerDetected } from '../advisory/session-lock.js';
 import { Wakeup } from './wakeup.js';
@@ -143,28 +144,30 @@ export class JobListener {
   }
 
   /**
-   * Probes the session for a transaction-mode pooler, as SessionLock does: a second connection served
-   * by the same backend pid, or our own consecutive statements served by two backends. Returns the
-   * evidence, or undefined for a real session.
+   * Probes the session for a transaction-mode pooler with the library's one probe (as SessionLock and
+   * capabilities() do). Returns the evidence, or undefined for a real session.
    */
   async #poolerEvidence(client: pg.Client): Promise<string | undefined> {
-    // No lock: the backend pid of a session.
-    const pidOf = async (c: pg.ClientBase) =>
-      Number((await c.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]?.pid);
-    const first = await pidOf(client);
-    const probe = this.#newClient();
-    this.#probe = probe;
-    let other: number;
-    try {
-      await probe.connect();
-      other = await pidOf(probe);
-    } finally {
-      if (this.#probe === probe) this.#probe = undefined;
-      void probe.end().catch(() => {});
-    }
-    const again = await pidOf(client);
-    if (other === first) return `two connections were served by the same backend pid ${first}`;
-    if (again !== first) return `consecutive statements ran on backends ${first} and ${again}`;
-    return undefined;
+    const found = await detectTransactionPooler(
+      client,
+      async () => {
+        const probe = this.#newClient();
+        this.#probe = probe;
+        try {
+          await probe.connect();
+        } catch (error) {
+          this.#closeProbe(probe);
+          throw error;
+        }
+        return probe;
+      },
+      async (probe) => this.#closeProbe(probe),
+    );
+    return found.evidence;
+  }
+
+  #closeProbe(probe: pg.Client): void {
+    if (this.#probe === probe) this.#probe = undefined;
+    void probe.end().catch(() => {});
   }
 }
