@@ -42,7 +42,7 @@ export interface Capabilities {
   readonly sessionLocks: boolean;
   /** LISTEN/NOTIFY delivers (the session got its own notification), and no transaction pooler in front. */
   readonly listenNotify: boolean;
-  /** `FOR UPDATE SKIP LOCKED` (the queue's claim), from the engine's documentation. */
+  /** `FOR UPDATE SKIP LOCKED` (the queue's claim) is accepted. */
   readonly skipLocked: boolean;
   /** `btree_gist` for this role (Bookings' EXCLUDE constraint needs it). */
   readonly btreeGist: ExtensionStatus;
@@ -77,6 +77,10 @@ const ADVISORY_SQL = 'SELECT pg_try_advisory_xact_lock(7385232110963917713) AS l
 // No lock: does SERIALIZABLE run as serializable? Rolled back at once.
 const SERIALIZABLE_SQL = `BEGIN ISOLATION LEVEL SERIALIZABLE; SELECT current_setting('transaction_isolation') AS isolation; ROLLBACK`;
 
+// No lock: the SKIP LOCKED syntax on a FROM-less SELECT (nothing to lock; an engine without it refuses
+// the statement).
+const SKIP_LOCKED_SQL = 'SELECT 1 FOR UPDATE SKIP LOCKED';
+
 // No lock: a savepoint in an empty transaction, rolled back at once.
 const SAVEPOINT_SQL = 'BEGIN; SAVEPOINT pg_txkit_probe; ROLLBACK';
 
@@ -106,22 +110,13 @@ async function probe(run: () => Promise<boolean | string>): Promise<true | strin
   }
 }
 
-/** What each engine's documentation says about what cannot be probed without a table (see docs/scale-out.md). */
-const DOCUMENTED: Record<Engine, { skipLocked: true | string; exclusionConstraints: true | string }> = {
-  postgresql: { skipLocked: true, exclusionConstraints: true },
-  citus: { skipLocked: true, exclusionConstraints: true },
-  cockroachdb: {
-    skipLocked: true,
-    exclusionConstraints: 'CockroachDB has no EXCLUDE constraints or GiST indexes',
-  },
-  yugabytedb: {
-    skipLocked: true,
-    exclusionConstraints: 'YugabyteDB has no EXCLUDE constraints (no GiST indexes)',
-  },
-  'aurora-dsql': {
-    skipLocked: 'Aurora DSQL has no row locks to skip: its concurrency control is optimistic',
-    exclusionConstraints: 'Aurora DSQL does not support exclusion constraints',
-  },
+/** EXCLUDE constraints cannot be tried without a table: what each engine's documentation says (docs/scale-out.md). */
+const EXCLUDE_CONSTRAINTS: Record<Engine, true | string> = {
+  postgresql: true,
+  citus: true,
+  cockroachdb: 'CockroachDB has no EXCLUDE constraints (and no GiST indexes over scalar columns)',
+  yugabytedb: 'YugabyteDB does not support EXCLUDE constraints',
+  'aurora-dsql': 'Aurora DSQL does not support exclusion constraints',
 };
 
 function hostOf(target: CapabilitiesTarget): string | undefined {
@@ -269,9 +264,14 @@ async function detect(target: CapabilitiesTarget, connectTimeoutMs: number): Pro
       }).finally(rollback),
     );
 
-    const documented = DOCUMENTED[engine];
-    const skipLocked = note('skipLocked', documented.skipLocked);
-    const exclusionConstraints = note('exclusionConstraints', documented.exclusionConstraints);
+    const skipLocked = note(
+      'skipLocked',
+      await probe(async () => {
+        await client.query(SKIP_LOCKED_SQL);
+        return true;
+      }),
+    );
+    const exclusionConstraints = note('exclusionConstraints', EXCLUDE_CONSTRAINTS[engine]);
     const btreeGist = extensionStatusOf(facts);
     const gistProblem = extensionProblem('btree_gist', btreeGist);
     if (gistProblem !== undefined) unsupported.btreeGist = gistProblem;
@@ -308,8 +308,9 @@ async function detect(target: CapabilitiesTarget, connectTimeoutMs: number): Pro
  * `citus`), the transaction-pooler probe that SessionLock and the queue worker use (a second short-lived
  * connection and a repeated `pg_backend_pid()`), then one round trip each for a transaction-scoped
  * advisory try-lock, LISTEN + NOTIFY to itself + UNLISTEN, a SERIALIZABLE transaction that reports its
- * level, and a SAVEPOINT — each rolled back. SKIP LOCKED and EXCLUDE constraints cannot be tried
- * without a table: they come from the engine's documentation (docs/scale-out.md).
+ * level, a FROM-less `SELECT … FOR UPDATE SKIP LOCKED`, and a SAVEPOINT — each rolled back. EXCLUDE
+ * constraints cannot be tried without a table: they come from the engine's documentation
+ * (docs/scale-out.md).
  *
  * Returns a frozen {@link Capabilities}; `Err(DatabaseFailure)` when the server cannot be reached
  * (`ConnectionLost`, an authentication failure as `DbError` …). A refused probe is a `false` capability
