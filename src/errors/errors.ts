@@ -213,13 +213,18 @@ export class ConnectionLost extends TxKitError {
 }
 
 /**
- * The connection broke while COMMIT was in flight (or the server answered 40003): the transaction may
- * or may not have committed. Never retried blindly: make the work idempotent, then check.
+ * The connection broke while COMMIT was in flight, or the server answered COMMIT that it cannot tell
+ * (40003; with `retryMode: 'commit-conflicts'` also 08007 and the internal errors of class XX a
+ * distributed engine's commit can raise): the transaction may or may not have committed. Never retried
+ * blindly: make the work idempotent, then check.
  */
 export class CommitOutcomeUnknown extends TxKitError {
   readonly kind = 'CommitOutcomeUnknown' as const;
   constructor(cause?: unknown) {
-    super('the connection was lost during COMMIT; the transaction may or may not have committed', cause);
+    super(
+      'the outcome of COMMIT is unknown (the connection was lost during COMMIT, or the server could not tell); the transaction may or may not have committed',
+      cause,
+    );
   }
 }
 

@@ -35,6 +35,7 @@ export {
   type TxSettings,
   txOptionsSchema,
 } from './tx-options.js';
+export { RETRY_MODES, type RetryMode } from './retryable.js';
 export { TxUsageError, type TxUsageReason } from './tx-usage-error.js';
 export type { AfterCommit, AfterRollback, Db, Isolation, Queryable, Tx } from './types.js';
 export { isTx } from './types.js';

@@ -1,4 +1,4 @@
-import { type DatabaseFailure, TxKitError } from '../errors/index.js';
+import { CommitOutcomeUnknown, type DatabaseFailure, TxKitError } from '../errors/index.js';
 
 /** How the retry engine treats one error kind. */
 export interface RetryRule {
@@ -96,4 +96,42 @@ export const DEFAULT_RETRY_ON: readonly RetryableKind[] = KINDS.filter(
 export function isRetryable(error: unknown, retryOn: readonly string[] = DEFAULT_RETRY_ON): boolean {
   if (!(error instanceof TxKitError) || !Object.hasOwn(RETRY_TABLE, error.kind)) return false;
   return RETRY_TABLE[error.kind as Kind].allowed && retryOn.includes(error.kind);
+}
+
+/**
+ * How the manager reads an error that COMMIT itself raised (`retryMode` of `new TxManager`):
+ * - `'postgres'` (default): PostgreSQL answers COMMIT with an error only when it did NOT commit (a 40001
+ *   of SSI, a deferred constraint): the error is classified like any other, and a 40001 is retried.
+ * - `'commit-conflicts'`: for engines whose conflicts all surface as 40001 at COMMIT and whose commit
+ *   is a distributed protocol — CockroachDB, Aurora DSQL (OC000 / OC001 are 40001), YugabyteDB. A 40001
+ *   is retried as the whole transaction (each engine documents that it did not commit); 40003
+ *   statement_completion_unknown ("result is ambiguous"), 08007 transaction_resolution_unknown and any
+ *   internal error of class XX (XX000, CockroachDB's XXUUU, and its XXA00 "transaction committed but
+ *   schema change aborted") raised by COMMIT are `CommitOutcomeUnknown`: never retried, the work may
+ *   have been applied.
+ * Connection failures during COMMIT are `CommitOutcomeUnknown` in both modes.
+ */
+export const RETRY_MODES = ['postgres', 'commit-conflicts'] as const;
+
+/** One of {@link RETRY_MODES}. */
+export type RetryMode = (typeof RETRY_MODES)[number];
+
+/** SQLSTATEs that, raised by COMMIT under `'commit-conflicts'`, leave the outcome unknown. */
+const AMBIGUOUS_AT_COMMIT = /^(40003|08007|XX...)$/;
+
+/**
+ * What a classified failure raised BY COMMIT means under `mode` (see {@link RETRY_MODES}): the failure
+ * itself, or `CommitOutcomeUnknown` when the engine says the commit may have happened.
+ *
+ * @example
+ * commitFailure(new DbError('XXA00', 'transaction committed but schema change aborted'), 'commit-conflicts'); // CommitOutcomeUnknown
+ * commitFailure(new SerializationFailure(), 'commit-conflicts'); // the SerializationFailure: retried
+ */
+export function commitFailure(failure: DatabaseFailure, mode: RetryMode): DatabaseFailure {
+  if (mode === 'postgres' || failure.kind === 'CommitOutcomeUnknown') return failure;
+  const code = (failure as { code?: unknown }).code;
+  if (typeof code === 'string' && AMBIGUOUS_AT_COMMIT.test(code)) {
+    return new CommitOutcomeUnknown(failure.cause ?? failure);
+  }
+  return failure;
 }

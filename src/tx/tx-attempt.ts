@@ -10,6 +10,7 @@ import {
   TxKitError,
 } from '../errors/index.js';
 import type { HookRunner } from './hooks.js';
+import { commitFailure, type RetryMode } from './retryable.js';
 import type { TransactionStatuses } from './transaction-status.js';
 import type { TxSettings } from './tx-options.js';
 import { TxUsageError } from './tx-usage-error.js';
@@ -37,6 +38,8 @@ export interface AttemptContext {
   readonly statuses: TransactionStatuses;
   /** An attempt holding its connection this long calls `onSlowTransaction`. */
   readonly slowMs: number;
+  /** How an error raised by COMMIT is read (see `RETRY_MODES`). */
+  readonly retryMode: RetryMode;
 }
 
 /** A scope that may query through an attempt: `within(owner)` says whether it is `owner` or inside it. */
@@ -281,7 +284,9 @@ export class TxAttempt {
             this.markBroken(error);
             failure = new CommitOutcomeUnknown(error);
           } else {
-            failure = classified;
+            // A server error answering COMMIT: per the retry mode, a conflict (retried) or an
+            // ambiguous outcome (never retried).
+            failure = commitFailure(classified, this.#context.retryMode);
           }
         }
       }

@@ -8,6 +8,7 @@ import type {
 } from '../errors/index.js';
 import { durationSchema } from './duration.js';
 import type { TxHooks } from './hooks.js';
+import { RETRY_MODES } from './retryable.js';
 import type { TxOptions } from './tx-options.js';
 
 /** The integrity errors that name a constraint, which a {@link ConstraintMap} can translate. */
@@ -54,6 +55,12 @@ export const txManagerOptionsSchema = z
     constraints: z.record(z.string().min(1), fn).optional(),
     /** Throw when the pool is queried directly while a transaction is active in the same async context. */
     strict: z.boolean().default(false),
+    /**
+     * How an error raised by COMMIT is read: 'postgres' (default) or 'commit-conflicts' for engines
+     * whose every conflict surfaces as 40001 at COMMIT (CockroachDB, Aurora DSQL, YugabyteDB): their
+     * ambiguous commit errors become `CommitOutcomeUnknown`. See `RETRY_MODES`.
+     */
+    retryMode: z.enum(RETRY_MODES).default('postgres'),
     /** An attempt that holds its connection longer than this calls `onSlowTransaction`. Default 1 s. */
     slowTransactionMs: durationSchema.default(1000),
   })

@@ -179,6 +179,7 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
       hooks: this.#hooks,
       statuses: new TransactionStatuses(pool),
       slowMs: parsed.data.slowTransactionMs,
+      retryMode: parsed.data.retryMode,
     };
     // An idle client's connection error (re-emitted on the pool), or one racing pool.connect(), must
     // not crash the process, and is reported (see guard-client-errors.ts).

@@ -38,6 +38,7 @@ const EXPECTED = {
     'Queue',
     'QueueWorker',
     'RETRYABLE_KINDS',
+    'RETRY_MODES',
     'RetriesExhausted',
     'SINGLE_RUN_TABLE',
     'SQLSTATE',
