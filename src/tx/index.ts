@@ -14,6 +14,7 @@ export type {
 } from './hooks.js';
 export { planScope, type ScopePlan } from './propagation.js';
 export { type AttemptOutcome, type RetryPolicy, withRetry } from './retry.js';
+export { RETRY_MODES, type RetryMode } from './retryable.js';
 export { type ErrOf, type OkOf, type TxCallback, TxManager } from './tx-manager.js';
 export type {
   ConstraintErrors,
@@ -35,7 +36,6 @@ export {
   type TxSettings,
   txOptionsSchema,
 } from './tx-options.js';
-export { RETRY_MODES, type RetryMode } from './retryable.js';
 export { TxUsageError, type TxUsageReason } from './tx-usage-error.js';
 export type { AfterCommit, AfterRollback, Db, Isolation, Queryable, Tx } from './types.js';
 export { isTx } from './types.js';
