@@ -70,9 +70,12 @@ const FACTS_SQL = `SELECT version() AS version,
 // No lock: the fallback when an engine lacks part of the catalog FACTS_SQL reads.
 const VERSION_SQL = `SELECT version() AS version, current_setting('server_version_num', true) AS version_num`;
 
-// A transaction-scoped advisory lock on a fixed key, in the statement's own implicit transaction:
-// held for this statement only (a try-lock never waits; false when someone holds it — still supported).
-const ADVISORY_SQL = 'SELECT pg_try_advisory_xact_lock(7385232110963917713) AS locked';
+// Transaction-scoped advisory try-locks on the probe's own key (never wait): held by the first session
+// inside BEGIN … ROLLBACK, asked for by the second, which must be refused — an engine whose advisory
+// functions are stubs that always return true (CockroachDB before it implemented them) is caught here.
+const ADVISORY_KEY = '7385232110963917713';
+const ADVISORY_HOLD_SQL = `BEGIN; SELECT pg_try_advisory_xact_lock(${ADVISORY_KEY}) AS locked`;
+const ADVISORY_TRY_SQL = `SELECT pg_try_advisory_xact_lock(${ADVISORY_KEY}) AS locked`;
 
 // No lock: does SERIALIZABLE run as serializable? Rolled back at once.
 const SERIALIZABLE_SQL = `BEGIN ISOLATION LEVEL SERIALIZABLE; SELECT current_setting('transaction_isolation') AS isolation; ROLLBACK`;
@@ -197,103 +200,122 @@ async function detect(target: CapabilitiesTarget, connectTimeoutMs: number): Pro
       citus: facts.citus ?? undefined,
       host: hostOf(target),
     });
-    const pooler = await detectTransactionPooler(client, () => open(config), close);
-    const unsupported: Partial<Record<CapabilityName, string>> = {};
-    const note = (name: CapabilityName, outcome: true | string): boolean => {
-      if (outcome === true) return true;
-      unsupported[name] = outcome;
-      return false;
-    };
-    const rollback = (): Promise<unknown> => client.query('ROLLBACK').catch(() => undefined);
+    // The second connection serves the pooler probe, then the advisory-lock exclusion check.
+    const second = await open(config);
+    try {
+      const pooler = await detectTransactionPooler(
+        client,
+        async () => second,
+        async () => {},
+      );
+      const unsupported: Partial<Record<CapabilityName, string>> = {};
+      const note = (name: CapabilityName, outcome: true | string): boolean => {
+        if (outcome === true) return true;
+        unsupported[name] = outcome;
+        return false;
+      };
+      const rollback = (): Promise<unknown> => client.query('ROLLBACK').catch(() => undefined);
 
-    const advisoryLocks = note(
-      'advisoryLocks',
-      await probe(async () => {
-        await client.query(ADVISORY_SQL);
-        return true;
-      }),
-    );
-    const sessionLocks = note(
-      'sessionLocks',
-      !advisoryLocks
-        ? 'no advisory locks'
-        : pooler.evidence !== undefined
-          ? `a transaction-mode pooler is in front (${pooler.evidence}): a session lock would stay on a server connection that then serves other clients`
-          : true,
-    );
+      const advisoryLocks = note(
+        'advisoryLocks',
+        await probe(async () => {
+          const held = firstValue(await client.query(ADVISORY_HOLD_SQL), 'locked');
+          // Behind a transaction pooler the second connection may need the server connection this
+          // transaction pins: the function exists and answered, which is what can be checked there.
+          if (held !== true || pooler.evidence !== undefined) return true;
+          const again = firstValue(await second.query(ADVISORY_TRY_SQL), 'locked');
+          return (
+            again === false ||
+            'pg_try_advisory_xact_lock granted one key to two sessions at once: the advisory lock functions do not lock'
+          );
+        }).finally(rollback),
+      );
+      const sessionLocks = note(
+        'sessionLocks',
+        !advisoryLocks
+          ? 'no advisory locks'
+          : engine === 'cockroachdb'
+            ? 'CockroachDB has no session-scoped advisory locks (its pg_advisory_lock is a stub that locks nothing)'
+            : pooler.evidence !== undefined
+              ? `a transaction-mode pooler is in front (${pooler.evidence}): a session lock would stay on a server connection that then serves other clients`
+              : true,
+      );
 
-    // LISTEN + NOTIFY to ourselves, then UNLISTEN: the notification arrives before the answer to NOTIFY. On this probe's own connection, closed below: nothing outlives the call.
-    const channel = pg.escapeIdentifier(channelOf(pooler.pid));
-    let heard = false;
-    const onNotification = (): void => {
-      heard = true;
-    };
-    client.on('notification', onNotification);
-    const delivered = await probe(async () => {
-      // One implicit transaction: at its commit the session listens, then its notification is queued,
-      // and the server delivers it before it says it is ready for the next query.
-      await client.query(`LISTEN ${channel}; NOTIFY ${channel}`);
-      await client.query(`UNLISTEN ${channel}`);
-      return heard || 'LISTEN and NOTIFY ran but the notification never arrived';
-    });
-    client.off('notification', onNotification);
-    const listenNotify = note(
-      'listenNotify',
-      delivered !== true
-        ? delivered
-        : pooler.evidence !== undefined
-          ? `a transaction-mode pooler is in front (${pooler.evidence}): LISTEN registers on whichever server connection ran it, and notifications then go to another client or nowhere`
-          : true,
-    );
+      // LISTEN + NOTIFY to ourselves, then UNLISTEN: the notification arrives before the answer to NOTIFY. On this probe's own connection, closed below: nothing outlives the call.
+      const channel = pg.escapeIdentifier(channelOf(pooler.pid));
+      let heard = false;
+      const onNotification = (): void => {
+        heard = true;
+      };
+      client.on('notification', onNotification);
+      const delivered = await probe(async () => {
+        // One implicit transaction: at its commit the session listens, then its notification is queued,
+        // and the server delivers it before it says it is ready for the next query.
+        await client.query(`LISTEN ${channel}; NOTIFY ${channel}`);
+        await client.query(`UNLISTEN ${channel}`);
+        return heard || 'LISTEN and NOTIFY ran but the notification never arrived';
+      });
+      client.off('notification', onNotification);
+      const listenNotify = note(
+        'listenNotify',
+        delivered !== true
+          ? delivered
+          : pooler.evidence !== undefined
+            ? `a transaction-mode pooler is in front (${pooler.evidence}): LISTEN registers on whichever server connection ran it, and notifications then go to another client or nowhere`
+            : true,
+      );
 
-    const serializable = note(
-      'serializable',
-      facts.in_recovery
-        ? 'a hot standby cannot run serializable transactions'
-        : await probe(async () => {
-            const result: unknown = await client.query(SERIALIZABLE_SQL);
-            const level = firstValue(result, 'isolation');
-            return level === 'serializable' || `SERIALIZABLE ran as ${String(level)}`;
-          }).finally(rollback),
-    );
-    const savepoints = note(
-      'savepoints',
-      await probe(async () => {
-        await client.query(SAVEPOINT_SQL);
-        return true;
-      }).finally(rollback),
-    );
+      const serializable = note(
+        'serializable',
+        facts.in_recovery
+          ? 'a hot standby cannot run serializable transactions'
+          : await probe(async () => {
+              const result: unknown = await client.query(SERIALIZABLE_SQL);
+              const level = firstValue(result, 'isolation');
+              return level === 'serializable' || `SERIALIZABLE ran as ${String(level)}`;
+            }).finally(rollback),
+      );
+      const savepoints = note(
+        'savepoints',
+        await probe(async () => {
+          await client.query(SAVEPOINT_SQL);
+          return true;
+        }).finally(rollback),
+      );
 
-    const skipLocked = note(
-      'skipLocked',
-      await probe(async () => {
-        await client.query(SKIP_LOCKED_SQL);
-        return true;
-      }),
-    );
-    const exclusionConstraints = note('exclusionConstraints', EXCLUDE_CONSTRAINTS[engine]);
-    const btreeGist = extensionStatusOf(facts);
-    const gistProblem = extensionProblem('btree_gist', btreeGist);
-    if (gistProblem !== undefined) unsupported.btreeGist = gistProblem;
+      const skipLocked = note(
+        'skipLocked',
+        await probe(async () => {
+          await client.query(SKIP_LOCKED_SQL);
+          return true;
+        }),
+      );
+      const exclusionConstraints = note('exclusionConstraints', EXCLUDE_CONSTRAINTS[engine]);
+      const btreeGist = extensionStatusOf(facts);
+      const gistProblem = extensionProblem('btree_gist', btreeGist);
+      if (gistProblem !== undefined) unsupported.btreeGist = gistProblem;
 
-    const versionNum = Number(facts.version_num);
-    return Object.freeze({
-      engine,
-      version: facts.version,
-      serverVersionNum: Number.isInteger(versionNum) && versionNum > 0 ? versionNum : undefined,
-      transactionPooler: pooler.evidence,
-      readOnly: facts.read_only === 'on',
-      inRecovery: facts.in_recovery === true,
-      advisoryLocks,
-      sessionLocks,
-      listenNotify,
-      skipLocked,
-      btreeGist,
-      exclusionConstraints,
-      serializable,
-      savepoints,
-      unsupported: Object.freeze(unsupported),
-    });
+      const versionNum = Number(facts.version_num);
+      return Object.freeze({
+        engine,
+        version: facts.version,
+        serverVersionNum: Number.isInteger(versionNum) && versionNum > 0 ? versionNum : undefined,
+        transactionPooler: pooler.evidence,
+        readOnly: facts.read_only === 'on',
+        inRecovery: facts.in_recovery === true,
+        advisoryLocks,
+        sessionLocks,
+        listenNotify,
+        skipLocked,
+        btreeGist,
+        exclusionConstraints,
+        serializable,
+        savepoints,
+        unsupported: Object.freeze(unsupported),
+      });
+    } finally {
+      await close(second);
+    }
   } finally {
     await close(client);
   }

@@ -113,6 +113,24 @@ describe('capabilities() on PostgreSQL, direct', () => {
     }
   });
 
+  it('advisory lock functions that lock nothing (a stub that always returns true) are caught', async () => {
+    // What CockroachDB shipped for years: pg_try_advisory_xact_lock that answers true to everyone. A
+    // schema searched before pg_catalog gives this session such a stub for real.
+    await admin.query(`
+      CREATE SCHEMA IF NOT EXISTS lock_stub;
+      CREATE OR REPLACE FUNCTION lock_stub.pg_try_advisory_xact_lock(bigint) RETURNS boolean
+        LANGUAGE sql AS 'SELECT true';
+    `);
+    const stubbed = (
+      await capabilities({ connectionString: url, options: '-c search_path=lock_stub,pg_catalog' })
+    )._unsafeUnwrap();
+    expect(stubbed.advisoryLocks).toBe(false);
+    expect(stubbed.unsupported.advisoryLocks).toMatch(/two sessions at once/);
+    expect(stubbed.sessionLocks).toBe(false);
+    // The real functions on the same server: true.
+    expect((await capabilities(url))._unsafeUnwrap().advisoryLocks).toBe(true);
+  });
+
   it('a server that cannot be reached is an Err (ConnectionLost), not a throw', async () => {
     const u = new URL(url);
     u.port = '1'; // nothing listens there
