@@ -1,11 +1,14 @@
 // Type-level tests of the public signatures, through the package's entry (src/index.ts). They are
 // checked by `npm run typecheck` (tsc over test/); at run time the bodies are only declared, never
 // called (the values are `declare`d, not built).
-import type { ResultAsync } from 'neverthrow';
+import type { Result, ResultAsync } from 'neverthrow';
 import type pg from 'pg';
 import { describe, expectTypeOf, it } from 'vitest';
 import { z } from 'zod';
 import {
+  type Bookings,
+  type Capabilities,
+  type capabilities,
   type DatabaseFailure,
   type Db,
   type insertOnce,
@@ -109,6 +112,19 @@ describe('error kinds per function', () => {
       expectTypeOf<ErrKinds<ReturnType<typeof safeDdl>>>().toEqualTypeOf<
         'InvalidOptions' | 'RetriesExhausted' | DbKinds
       >();
+      expectTypeOf<ErrKinds<ReturnType<Bookings['migrate']>>>().toEqualTypeOf<
+        'InvalidOptions' | 'Unsupported' | DbKinds
+      >();
+    }));
+
+  it('capabilities: a frozen object, or the database failure that stopped it', () =>
+    typesOnly(() => {
+      type Detected = Awaited<ReturnType<typeof capabilities>>;
+      expectTypeOf<Detected>().toEqualTypeOf<Result<Capabilities, DatabaseFailure>>();
+      expectTypeOf<Capabilities['btreeGist']>().toEqualTypeOf<
+        'installed' | 'installable' | 'not-permitted' | 'unavailable'
+      >();
+      expectTypeOf<Capabilities['listenNotify']>().toEqualTypeOf<boolean>();
     }));
 
   it('advisory locks: the callback’s own error type joins the lock’s kinds', () =>
