@@ -20,6 +20,7 @@ export {
   IdleInTransactionTimeout,
   InProgress,
   InvalidOptions,
+  JobCancelled,
   LeaseLost,
   LockBusy,
   LockNotAvailable,
