@@ -40,7 +40,13 @@ export function notifyChannel(schema: string): string {
   return `${schema}_jobs`;
 }
 
-/** The NOTIFY channel carrying cancelled running jobs' ids (unquoted; at most 53 bytes, below 63). */
+/**
+ * The NOTIFY channel carrying cancelled running jobs' ids (unquoted; a schema name of at most 41
+ * characters keeps it within PostgreSQL's 63-byte identifiers).
+ *
+ * @example
+ * cancelChannel('pgtxkit_queue'); // 'pgtxkit_queue_jobs_cancel'
+ */
 export function cancelChannel(schema: string): string {
   return `${schema}_jobs_cancel`;
 }
