@@ -1,3 +1,5 @@
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
@@ -16,6 +18,7 @@ const tm = new TxManager(pool);
 afterAll(async () => {
   await workerPool.end();
 });
+const WORKER_SCRIPT = fileURLToPath(new URL('../fixtures/queue-cancel-worker.mjs', import.meta.url));
 const tasks = { work: z.object({ n: z.number().int() }) };
 let seq = 0;
 
@@ -145,6 +148,38 @@ describe('cancel a running job', () => {
     expect(rec.ends.map((e) => e.outcome)).toEqual(['cancelled']);
     const archived = await pool.query(`SELECT state FROM ${schema}.jobs_archive`);
     expect(archived.rows).toEqual([{ state: 'cancelled' }]);
+  });
+});
+
+describe('cancel across processes', () => {
+  it('a cancel from this process aborts the handler running in a worker process; nothing but the cancelled archive row is written', async () => {
+    const { operator, schema } = await twoQueues();
+    await pool.query(
+      `CREATE TABLE ${schema}.seen (at serial PRIMARY KEY, n int NOT NULL, what text NOT NULL)`,
+    );
+    const seen = async () =>
+      (await pool.query<{ n: number; what: string }>(`SELECT n, what FROM ${schema}.seen ORDER BY at`)).rows;
+    const child = spawn(process.execPath, [WORKER_SCRIPT], {
+      env: { ...process.env, QUEUE_URL: url, QUEUE_SCHEMA: schema },
+      stdio: ['ignore', 'ignore', 'inherit'],
+    });
+    const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+    try {
+      await eventually(async () => (await seen()).some((r) => r.what === 'listening'));
+      const job = (await operator.enqueue(pool, 'work', { n: 7 }))._unsafeUnwrap();
+      await eventually(async () => (await seen()).some((r) => r.n === 7 && r.what === 'started'));
+      expect((await operator.cancel(job.id))._unsafeUnwrap()).toEqual({ id: job.id, state: 'running' });
+      await eventually(async () => (await seen()).filter((r) => r.n === 7).length === 3);
+      const events = (await seen()).filter((r) => r.n === 7).map((r) => r.what);
+      expect(events.sort()).toEqual(['end:cancelled', 'reason:JobCancelled tx:LeaseLost', 'started']);
+      expect((await pool.query(`SELECT count(*)::int AS n FROM ${schema}.effects`)).rows[0].n).toBe(0);
+      expect((await pool.query(`SELECT count(*)::int AS n FROM ${schema}.jobs`)).rows[0].n).toBe(0);
+      const archived = await pool.query(`SELECT id, state FROM ${schema}.jobs_archive`);
+      expect(archived.rows).toEqual([{ id: job.id, state: 'cancelled' }]);
+    } finally {
+      child.kill('SIGTERM');
+      expect(await exited).toBe(0);
+    }
   });
 });
 

@@ -357,7 +357,11 @@ export class HandlerRunner {
     // is no longer ours to write.
     if (running.completedInTx || (running.why !== undefined && running.why !== 'timeout'))
       running.progress?.close();
-    else await running.progress?.flush();
+    else {
+      await running.progress?.flush();
+      // A handler aborted by its timeout may still be running: its later reports are not written.
+      running.progress?.close();
+    }
     if (running.completedInTx) return end('completed');
     if (running.why === 'stop') return end('released');
     if (running.why === 'cancelled') return end('cancelled', running.reason);

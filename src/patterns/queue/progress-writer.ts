@@ -56,9 +56,10 @@ export class ProgressWriter {
 
   /** Writes the value still waiting now (the run is over) and waits for every write in flight. */
   async flush(): Promise<void> {
-    clearTimeout(this.#timer);
-    this.#timer = undefined;
     while (this.#inFlight !== undefined || (this.#pending !== undefined && !this.#closed)) {
+      // A write in flight may have set the interval's timer for the next one: it goes now instead.
+      clearTimeout(this.#timer);
+      this.#timer = undefined;
       if (this.#inFlight === undefined) this.#start();
       await this.#inFlight;
     }
