@@ -141,10 +141,11 @@ class RunContext implements JobContext {
  * Runs handlers: one job per slot, with its timeout, its `ctx.transaction`, its settle (through the
  * batcher) and the heartbeat that extends the leases of running and buffered jobs. A handler is the
  * user's code: whatever it throws fails its job and never escapes; an aborted run (timeout, stop, lost
- * lease) stops waiting for it.
+ * lease, cancel) stops waiting for it. A run's `ctx.progress` reports go through its own
+ * {@link ProgressWriter}; the last one is written before the settle.
  *
  * @example
- * const runner = new HandlerRunner(queue, batcher, { handlers, leaseMs: 30_000, handlerTimeout: undefined, hooks: undefined }, events);
+ * const runner = new HandlerRunner(queue, batcher, { handlers, leaseMs: 30_000, handlerTimeout: undefined, hooks: undefined, progressIntervalMs: 1000 }, events);
  * runner.start(job, Date.now());
  */
 export class HandlerRunner {
