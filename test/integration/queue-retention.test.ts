@@ -122,6 +122,29 @@ describe('prune', () => {
     (await queue.complete(running!))._unsafeUnwrap();
   });
 
+  it('finds its batch through the indexes (jobs_archive_finished, jobs_dead_since), not a scan of the table', async () => {
+    const queue = await freshQueue();
+    const q = queue.schema;
+    // A large archive of recent jobs and a few old ones: what a retention pass meets.
+    await pool.query(
+      `INSERT INTO ${q}.jobs_archive (id, task, payload, state, attempts, created_at, finished_at)
+       SELECT g, 'work', '{}', 'done', 1, now(), now() - CASE WHEN g <= 10 THEN interval '30 days' ELSE interval '1 hour' END
+         FROM generate_series(1, 20000) g`,
+    );
+    await pool.query(`ANALYZE ${q}.jobs_archive`);
+    const plan = await pool.query<{ 'QUERY PLAN': string }>(
+      `EXPLAIN SELECT id FROM ${q}.jobs_archive WHERE finished_at < now() - 604800000::float8 * interval '1 millisecond'
+        ORDER BY finished_at LIMIT 1000 FOR UPDATE SKIP LOCKED`,
+    );
+    expect(plan.rows.map((r) => r['QUERY PLAN']).join('\n')).toContain('jobs_archive_finished');
+    const dead = await pool.query<{ 'QUERY PLAN': string }>(
+      `EXPLAIN SELECT id FROM ${q}.jobs WHERE state = 'dead' AND updated_at < now() - interval '1 day'
+        ORDER BY updated_at LIMIT 1000 FOR UPDATE SKIP LOCKED`,
+    );
+    expect(dead.rows.map((r) => r['QUERY PLAN']).join('\n')).toContain('jobs_dead_since');
+    expect((await queue.prune({ olderThan: '7d' }))._unsafeUnwrap().archived).toBe(10);
+  });
+
   it('refuses bad options with InvalidOptions and sends nothing', async () => {
     const queue = await freshQueue();
     const from = counted.texts.length;
