@@ -1,4 +1,5 @@
 import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
@@ -19,6 +20,7 @@ afterAll(async () => {
   await workerPool.end();
 });
 const WORKER_SCRIPT = fileURLToPath(new URL('../fixtures/queue-cancel-worker.mjs', import.meta.url));
+const BUILT = fileURLToPath(new URL('../../dist/index.js', import.meta.url));
 const tasks = { work: z.object({ n: z.number().int() }) };
 let seq = 0;
 
@@ -159,6 +161,8 @@ describe('cancel across processes', () => {
     );
     const seen = async () =>
       (await pool.query<{ n: number; what: string }>(`SELECT n, what FROM ${schema}.seen ORDER BY at`)).rows;
+    // The child runs the built package (dist/), as the doc snippets do: `npm test` builds it first.
+    expect(existsSync(BUILT), 'dist/index.js is missing: run `npm run build` first').toBe(true);
     const child = spawn(process.execPath, [WORKER_SCRIPT], {
       env: { ...process.env, QUEUE_URL: url, QUEUE_SCHEMA: schema },
       stdio: ['ignore', 'ignore', 'inherit'],
