@@ -22,6 +22,7 @@ export {
   IdleInTransactionTimeout,
   InProgress,
   InvalidOptions,
+  JobCancelled,
   LeaseLost,
   LockBusy,
   LockNotAvailable,

@@ -336,6 +336,23 @@ export class LeaseLost extends TxKitError {
   }
 }
 
+/**
+ * A queue job was cancelled (`queue.cancel`) while its handler ran: the reason of the handler's
+ * `ctx.signal`. The job is gone; the run's settle writes nothing.
+ *
+ * @example
+ * if (isTxKitError(ctx.signal.reason, 'JobCancelled')) console.log('cancelled', ctx.signal.reason.id);
+ */
+export class JobCancelled extends TxKitError {
+  readonly kind = 'JobCancelled' as const;
+  /** The job id. */
+  readonly id: string;
+  constructor(id: string) {
+    super(`job ${id} was cancelled`);
+    this.id = id;
+  }
+}
+
 /** An operation that only makes sense inside a transaction (row locks, `mandatory`) ran outside one. */
 export class NotInTransaction extends TxKitError {
   readonly kind = 'NotInTransaction' as const;
@@ -491,6 +508,7 @@ export type TxKitErrorKind =
   | NotFound['kind']
   | LockBusy['kind']
   | LeaseLost['kind']
+  | JobCancelled['kind']
   | Overlap['kind']
   | InProgress['kind']
   | IdempotencyConflict['kind']

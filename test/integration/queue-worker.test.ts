@@ -317,7 +317,9 @@ describe('worker', () => {
           txKind = r.isErr() ? r.error.kind : 'ok';
         },
       },
-      { concurrency: 1, hooks: rec.hooks },
+      // listen: false — over LISTEN the cancel would abort the run at once (queue-cancel.test.ts); here
+      // the handler goes on to its transaction, which must find the lease lost.
+      { concurrency: 1, listen: false, hooks: rec.hooks },
     );
     await g.reached('before-tx');
     (await queue.cancel(job.id))._unsafeUnwrap(); // someone else takes the job away
@@ -381,7 +383,8 @@ describe('worker', () => {
           reason = signal.reason;
         },
       },
-      { lease: 150, hooks: rec.hooks },
+      // listen: false — the heartbeat, not the cancel channel, must be what finds the lease lost.
+      { lease: 150, listen: false, hooks: rec.hooks },
     );
     g.open('running');
     await g.reached('running');

@@ -187,6 +187,8 @@ async function runSequence(ops: readonly Op[], settler: Settler): Promise<void> 
         if (id === undefined || m === undefined) break;
         const r = await queue.cancel(id);
         if (r.isOk() !== (m.state !== 'gone')) throw new Error('cancel disagrees with the model');
+        if (r.isOk() && r.value.state !== m.state)
+          throw new Error('cancel reported another state than the model');
         m.state = 'gone';
         m.token = null;
         break;

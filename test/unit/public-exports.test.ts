@@ -25,6 +25,7 @@ const EXPECTED = {
     'IdleInTransactionTimeout',
     'InProgress',
     'InvalidOptions',
+    'JobCancelled',
     'LeaseLost',
     'LockBusy',
     'LockNotAvailable',

@@ -1,9 +1,17 @@
-import { err, ok, type ResultAsync } from 'neverthrow';
-import { LeaseLost, type TxKitError } from '../../errors/errors.js';
+import { err, errAsync, ok, ResultAsync } from 'neverthrow';
+import {
+  type DatabaseFailure,
+  type InvalidOptions,
+  JobCancelled,
+  LeaseLost,
+  type TxKitError,
+} from '../../errors/errors.js';
 import type { Tx } from '../../tx/types.js';
 import { errorText } from './error-text.js';
 import type { Job } from './job.js';
 import type { JobStore } from './job-store.js';
+import { progressJson } from './progress-json.js';
+import { ProgressWriter } from './progress-writer.js';
 import type { SettleBatcher } from './settle-batcher.js';
 import type { JobContext, JobHandler, JobOutcome, WorkerHooks, WorkerPhase } from './work-options.js';
 
@@ -17,7 +25,7 @@ export class HandlerTimeoutError extends Error {
   }
 }
 
-type AbortWhy = 'timeout' | 'stop' | 'lost';
+type AbortWhy = 'timeout' | 'stop' | 'lost' | 'cancelled';
 
 /** A job whose handler is running. */
 interface Running {
@@ -33,6 +41,8 @@ interface Running {
   completedInTx: boolean;
   txError: unknown;
   txCalls: number;
+  /** Created on the first `ctx.progress` (coalesces its writes). */
+  progress: ProgressWriter | undefined;
 }
 
 /** A job buffered in the worker's local queue (claimed, leased, not started). */
@@ -57,16 +67,42 @@ export interface HandlerRunnerOptions {
   readonly leaseMs: number;
   readonly handlerTimeout: number | undefined;
   readonly hooks: WorkerHooks | undefined;
+  /** `ctx.progress` writes at most this often, in ms. */
+  readonly progressIntervalMs: number;
 }
 
-/** The context a handler gets: `signal` is created on first read, `transaction` completes the job in it. */
+/**
+ * The context a handler gets: `signal` is created on first read, `transaction` completes the job in it,
+ * `progress` goes through the run's coalescing writer.
+ */
 class RunContext implements JobContext {
   readonly #running: Running;
   readonly #store: JobStore;
+  readonly #progressIntervalMs: number;
+  readonly #onLost: () => void;
 
-  constructor(running: Running, store: JobStore) {
+  constructor(running: Running, store: JobStore, progressIntervalMs: number, onLost: () => void) {
     this.#running = running;
     this.#store = store;
+    this.#progressIntervalMs = progressIntervalMs;
+    this.#onLost = onLost;
+  }
+
+  progress(value: unknown): ResultAsync<void, LeaseLost | InvalidOptions | DatabaseFailure> {
+    const json = progressJson(value);
+    if (json.isErr()) return errAsync(json.error);
+    const running = this.#running;
+    // The job is no longer ours (cancelled, lease lost) or the run is over: nothing to write.
+    if (running.why === 'cancelled' || running.why === 'lost' || running.completedInTx)
+      return errAsync(new LeaseLost(running.job.id));
+    const store = this.#store;
+    running.progress ??= new ProgressWriter(
+      running.job,
+      this.#progressIntervalMs,
+      (job, text) => store.writeProgress(job, text),
+      this.#onLost,
+    );
+    return new ResultAsync(running.progress.report(json.value));
   }
 
   get signal(): AbortSignal {
@@ -105,10 +141,11 @@ class RunContext implements JobContext {
  * Runs handlers: one job per slot, with its timeout, its `ctx.transaction`, its settle (through the
  * batcher) and the heartbeat that extends the leases of running and buffered jobs. A handler is the
  * user's code: whatever it throws fails its job and never escapes; an aborted run (timeout, stop, lost
- * lease) stops waiting for it.
+ * lease, cancel) stops waiting for it. A run's `ctx.progress` reports go through its own
+ * {@link ProgressWriter}; the last one is written before the settle.
  *
  * @example
- * const runner = new HandlerRunner(queue, batcher, { handlers, leaseMs: 30_000, handlerTimeout: undefined, hooks: undefined }, events);
+ * const runner = new HandlerRunner(queue, batcher, { handlers, leaseMs: 30_000, handlerTimeout: undefined, hooks: undefined, progressIntervalMs: 1000 }, events);
  * runner.start(job, Date.now());
  */
 export class HandlerRunner {
@@ -151,6 +188,7 @@ export class HandlerRunner {
       completedInTx: false,
       txError: undefined,
       txCalls: 0,
+      progress: undefined,
     };
     this.#running.set(job.id, running);
     this.#runs++;
@@ -167,6 +205,17 @@ export class HandlerRunner {
       this.#free(running.job.id);
       if (--this.#runs === 0) for (const resolve of this.#onIdle.splice(0)) resolve();
     }
+  }
+
+  /**
+   * The job was cancelled (heard on the cancel channel): aborts its handler's signal with
+   * {@link JobCancelled}; its settle is skipped (the job is gone). Returns whether it was running here.
+   */
+  cancel(id: string): boolean {
+    const running = this.#running.get(id);
+    if (running === undefined || running.completedInTx || running.why !== undefined) return false;
+    this.#abort(running, 'cancelled', new JobCancelled(id));
+    return true;
   }
 
   /** Aborts every running handler (forced stop) and returns their jobs, to be released. */
@@ -265,7 +314,10 @@ export class HandlerRunner {
     if (ms !== undefined)
       timer = setTimeout(() => this.#abort(running, 'timeout', new HandlerTimeoutError(ms)), ms);
     try {
-      const result = handler(running.job, new RunContext(running, this.#store));
+      const context = new RunContext(running, this.#store, this.#o.progressIntervalMs, () =>
+        this.#abort(running, 'lost', new LeaseLost(running.job.id)),
+      );
+      const result = handler(running.job, context);
       // A synchronous handler is done already; a promise is raced with the run's abort.
       if (typeof (result as PromiseLike<unknown> | undefined)?.then === 'function') {
         await new Promise<unknown>((resolve, reject) => {
@@ -302,8 +354,18 @@ export class HandlerRunner {
     // The settle below is batched and fenced; the slot does not wait for it.
     this.#free(job.id);
     const end = (outcome: JobOutcome, error?: unknown) => this.#end(job, durationMs, outcome, error);
+    // The last progress goes before the settle (kept for a retry, copied to the archive), unless the job
+    // is no longer ours to write.
+    if (running.completedInTx || (running.why !== undefined && running.why !== 'timeout'))
+      running.progress?.close();
+    else {
+      await running.progress?.flush();
+      // A handler aborted by its timeout may still be running: its later reports are not written.
+      running.progress?.close();
+    }
     if (running.completedInTx) return end('completed');
     if (running.why === 'stop') return end('released');
+    if (running.why === 'cancelled') return end('cancelled', running.reason);
     if (running.why === 'lost') return end('lost', new LeaseLost(job.id));
     if (failure === undefined) {
       const outcome = await this.#batcher.complete(job);

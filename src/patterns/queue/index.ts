@@ -2,6 +2,7 @@
 export type { EnqueuedJob, Job, JobLease, JobState } from './job.js';
 export type { MigrateResult } from './migrate-queue.js';
 export {
+  type CancelResult,
   type ClaimOptions,
   type CompleteManyResult,
   type EnqueueError,
@@ -11,6 +12,9 @@ export {
   type FailItem,
   type FailOptions,
   type FailResult,
+  type JobInfo,
+  type PruneOptions,
+  type PruneResult,
   Queue,
   type QueueOptions,
   type QueueStats,

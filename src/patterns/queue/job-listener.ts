@@ -10,8 +10,15 @@ export interface JobListenerOptions {
   readonly connection: pg.ClientConfig;
   /** The NOTIFY channel (unquoted). */
   readonly channel: string;
+  /** The channel carrying cancelled running jobs' ids (unquoted); not listened to when absent. */
+  readonly cancelChannel?: string | undefined;
   /** Called on every notification, and once after each (re)connection (notifications may have been missed). */
   readonly onWake: () => void;
+  /**
+   * Called with the job id of each notification on `cancelChannel`. One missed while the session was
+   * down is not repeated: the worker's heartbeat finds that lease gone instead.
+   */
+  readonly onCancel?: ((id: string) => void) | undefined;
   /** Called with each connection error; the listener reconnects with a bounded backoff. */
   readonly onError: (error: unknown) => void;
 }
@@ -117,8 +124,16 @@ export class JobListener {
           return;
         }
         // LISTEN takes no lock; it registers this session for the channel until the session ends.
+        // The cancel channel first, so LISTEN on the wake-up channel stays the session's last statement.
+        const { cancelChannel, onCancel } = this.#o;
+        if (cancelChannel !== undefined && onCancel !== undefined)
+          await this.#orStop(client.query(`LISTEN ${pg.escapeIdentifier(cancelChannel)}`));
         await this.#orStop(client.query(`LISTEN ${pg.escapeIdentifier(this.#o.channel)}`));
-        client.on('notification', () => this.#o.onWake());
+        client.on('notification', (message) => {
+          if (message.channel === cancelChannel && onCancel !== undefined) {
+            if (message.payload !== undefined) onCancel(message.payload);
+          } else this.#o.onWake();
+        });
         if (this.#stopped) break;
         this.#listening = true;
         failures = 0;

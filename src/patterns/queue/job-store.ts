@@ -1,9 +1,14 @@
 import type { ResultAsync } from 'neverthrow';
-import type { DatabaseFailure, InvalidOptions } from '../../errors/errors.js';
+import type { z } from 'zod/v4';
+import type { DatabaseFailure, InvalidOptions, LeaseLost } from '../../errors/errors.js';
 import type { Db, Tx } from '../../tx/types.js';
 import type { Job, JobLease, JobState } from './job.js';
 import type { PayloadSchema } from './payload-schema.js';
+import type { pruneOptionsSchema } from './queue-options.js';
 import type { InvalidLease } from './split-leases.js';
+
+/** Options of a prune (`queue.prune`). */
+export type PruneInput = z.input<typeof pruneOptionsSchema>;
 
 /** Task name → schema of its payload (zod from the user's copy, or any Standard Schema). */
 export type TaskMap = Readonly<Record<string, PayloadSchema>>;
@@ -64,6 +69,8 @@ export interface ReapResult {
 export interface JobStore {
   /** The NOTIFY channel workers LISTEN on. */
   readonly channel: string;
+  /** The NOTIFY channel carrying cancelled running jobs' ids. */
+  readonly cancelChannel: string;
   /** Default lease of a claim, in ms. */
   readonly leaseMs: number;
   /** Where the queue's statements go; the LISTEN session is a connection of its own built from `options`. */
@@ -89,6 +96,10 @@ export interface JobStore {
   release(jobs: readonly JobLease[]): ResultAsync<string[], DatabaseFailure>;
   /** Returns expired leases to pending (or dead). */
   reap(): ResultAsync<ReapResult, InvalidOptions | DatabaseFailure>;
+  /** Stores a running job's progress (JSON text from `progressJson`), fenced by the lease token. */
+  writeProgress(job: JobLease, json: string): ResultAsync<void, LeaseLost | InvalidOptions | DatabaseFailure>;
+  /** Deletes archived (and dead) jobs older than the retention, in bounded batches. */
+  prune(options: PruneInput): ResultAsync<unknown, InvalidOptions | DatabaseFailure>;
   /** The fenced completion of `job` on `db` (a transaction); driver errors propagate. */
   completeWithin(db: Db, job: JobLease): Promise<boolean>;
 }

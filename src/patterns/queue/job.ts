@@ -35,6 +35,11 @@ export interface Job<P = unknown> {
   readonly leaseExpiresAt: Date;
   /** When it was enqueued. */
   readonly createdAt: Date;
+  /**
+   * The last progress stored by `ctx.progress` (null when none). Kept across retries: a new attempt
+   * sees where the previous one got to and can resume from there.
+   */
+  readonly progress: unknown;
 }
 
 /** The part of a job that settles it: id and lease token. */
@@ -70,6 +75,7 @@ export interface JobRow {
   lease_token: string;
   lease_expires_at_ms: number;
   created_at_ms: number;
+  progress: unknown;
 }
 
 /** Maps a claimed row to a {@link Job}. */
@@ -87,5 +93,6 @@ export function jobFromRow(row: JobRow): Job {
     leaseToken: row.lease_token,
     leaseExpiresAt: new Date(row.lease_expires_at_ms),
     createdAt: new Date(row.created_at_ms),
+    progress: row.progress ?? null,
   };
 }

@@ -4,6 +4,7 @@ import { classify } from '../../errors/classify.js';
 import { DbError, type TxKitError } from '../../errors/errors.js';
 import { advisoryKey } from '../advisory/advisory-key.js';
 import { claimFunctionMigration } from './migrations/claim-function-migration.js';
+import { jobControlMigration } from './migrations/job-control-migration.js';
 import { jobsMigration } from './migrations/jobs-migration.js';
 
 /** What {@link migrateQueue} did. */
@@ -24,9 +25,10 @@ interface Migration {
 /**
  * Every migration, in version order: string constants in the JavaScript, so a bundled consumer
  * (esbuild, rolldown …) migrates without reading a file (they were `.sql` files read beside the module:
- * ENOENT once bundled).
+ * ENOENT once bundled). Versions need not be contiguous: each one missing from the migrations table is
+ * applied, in this order (a schema at [1, 2, 6] gets 3, 4, 5 when they are added).
  */
-const MIGRATIONS: readonly Migration[] = [jobsMigration, claimFunctionMigration];
+const MIGRATIONS: readonly Migration[] = [jobsMigration, claimFunctionMigration, jobControlMigration];
 
 /** Stable signed 64-bit advisory key for a schema's migrations (`advisoryKey`: sha-256, not hashtext). */
 export function migrationLockKey(schema: string): string {
@@ -36,6 +38,17 @@ export function migrationLockKey(schema: string): string {
 /** The NOTIFY channel of a queue schema (unquoted). */
 export function notifyChannel(schema: string): string {
   return `${schema}_jobs`;
+}
+
+/**
+ * The NOTIFY channel carrying cancelled running jobs' ids (unquoted; a schema name of at most 41
+ * characters keeps it within PostgreSQL's 63-byte identifiers).
+ *
+ * @example
+ * cancelChannel('pgtxkit_queue'); // 'pgtxkit_queue_jobs_cancel'
+ */
+export function cancelChannel(schema: string): string {
+  return `${schema}_jobs_cancel`;
 }
 
 function toError(e: unknown): TxKitError {

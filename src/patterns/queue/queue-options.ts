@@ -1,5 +1,5 @@
 import { z } from 'zod/v4';
-import { durationSchema } from '../../tx/duration.js';
+import { durationSchema, spanSchema } from '../../tx/duration.js';
 import { isPayloadSchema, type PayloadSchema } from './payload-schema.js';
 import { isJobId } from './split-leases.js';
 
@@ -133,6 +133,33 @@ export const reapOptionsSchema = z.strictObject({
   /** Stop after this many batches. */
   maxBatches: z.number().int().min(1).max(10_000).default(20),
 });
+
+/** Longest retention prune accepts: 100 years (an older cutoff is before any job, and out of range). */
+const MAX_RETENTION_MS = 100 * 365 * 86_400_000;
+/** A retention: a time span of at least 1 ms and at most 100 years ('7d', '12h', …). */
+const retentionSchema = spanSchema.refine((ms) => ms <= MAX_RETENTION_MS, 'at most 100 years');
+
+/** The fields of `prune`'s options (see {@link pruneOptionsSchema}). */
+export const pruneFieldsSchema = z.strictObject({
+  /** Delete archived (done, cancelled) jobs finished longer ago than this. */
+  olderThan: retentionSchema.optional(),
+  /** Delete dead jobs that died longer ago than this (kept unless given). */
+  deadOlderThan: retentionSchema.optional(),
+  /** Rows per statement (each batch is its own short autocommit statement). */
+  batch: z.number().int().min(1).max(10_000).default(1000),
+  /** At most this many rows per call, in all (the rest waits for the next call). */
+  limit: z.number().int().min(1).max(100_000_000).default(100_000),
+});
+
+/** Refuses prune options that would delete nothing: at least one of `olderThan` and `deadOlderThan`. */
+export const SOME_RETENTION = [
+  (o: { olderThan?: number | undefined; deadOlderThan?: number | undefined }) =>
+    o.olderThan !== undefined || o.deadOlderThan !== undefined,
+  { message: 'give olderThan (archived jobs) or deadOlderThan (dead jobs), or both' },
+] as const;
+
+/** Options of `prune`: at least one of `olderThan` and `deadOlderThan`. */
+export const pruneOptionsSchema = pruneFieldsSchema.refine(...SOME_RETENTION);
 
 /** Parses `input` with `schema`, mapping zod's issues to `InvalidOptions` (the shared helper). */
 export { parseOptions } from '../../errors/parse-options.js';

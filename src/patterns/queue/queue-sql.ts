@@ -6,7 +6,7 @@ import pg from 'pg';
  */
 const epochMs = (column: string) => `(extract(epoch FROM ${column}) * 1000)::float8 AS ${column.slice(2)}_ms`;
 const JOB_COLUMNS = `j.id, j.task, j.payload, j.priority, ${epochMs('j.run_at')}, j.attempts, j.max_attempts, j.key,
-  j.last_error, j.lease_token, ${epochMs('j.lease_expires_at')}, ${epochMs('j.created_at')}`;
+  j.last_error, j.lease_token, ${epochMs('j.lease_expires_at')}, ${epochMs('j.created_at')}, j.progress`;
 
 /** The ON CONFLICT target matching the partial unique index jobs_key. */
 const KEY_CONFLICT = `(task, key) WHERE key IS NOT NULL AND state IN ('pending', 'running')`;
@@ -25,6 +25,10 @@ export interface QueueStatements {
   readonly release: string;
   readonly reap: string;
   readonly cancel: string;
+  readonly progress: string;
+  readonly job: string;
+  readonly pruneArchive: string;
+  readonly pruneDead: string;
   readonly redrive: string;
   readonly stats: string;
   readonly tableStats: string;
@@ -34,15 +38,15 @@ export interface QueueStatements {
 /** Builds the {@link QueueStatements} of a queue schema. */
 export function queueStatements(
   schema: string,
-  options: { archive: boolean; channel: string },
+  options: { archive: boolean; channel: string; cancelChannel: string },
 ): QueueStatements {
   const s = pg.escapeIdentifier(schema);
   const jobs = `${s}.jobs`;
   const archiveDone = (state: 'done' | 'cancelled', from: string) =>
     options.archive
       ? `, archived AS (
-           INSERT INTO ${s}.jobs_archive (id, task, payload, state, attempts, key, last_error, created_at)
-           SELECT id, task, payload, '${state}', attempts, key, last_error, created_at FROM ${from})`
+           INSERT INTO ${s}.jobs_archive (id, task, payload, state, attempts, key, last_error, created_at, progress)
+           SELECT id, task, payload, '${state}', attempts, key, last_error, created_at, progress FROM ${from})`
       : '';
   return {
     // Lock: ROW EXCLUSIVE on jobs (any INSERT). With a key, the partial unique index jobs_key is checked
@@ -90,7 +94,7 @@ export function queueStatements(
         DELETE FROM ${jobs} j
          USING unnest($1::bigint[], $2::uuid[]) AS i(id, token)
          WHERE j.id = i.id AND j.lease_token = i.token AND j.state = 'running'
-        RETURNING j.id, j.task, j.payload, j.attempts, j.key, j.last_error, j.created_at
+        RETURNING j.id, j.task, j.payload, j.attempts, j.key, j.last_error, j.created_at, j.progress
       )${archiveDone('done', 'done')}
       SELECT coalesce(array_agg(id::text), '{}') AS ids FROM done`,
     // Lock: FOR NO KEY UPDATE (row lock of an UPDATE that leaves keys alone) on each job still running
@@ -144,14 +148,63 @@ export function queueStatements(
         FROM expired e
        WHERE j.id = e.id AND j.state = 'running' AND j.lease_expires_at < now()
       RETURNING j.id, j.state`,
-    // Lock: FOR UPDATE (DELETE) on one job in any state; waits for a settle in flight on that row, then
-    // removes it. A worker still running it gets LeaseLost on its settle.
+    // Lock: FOR UPDATE (DELETE) on one job in any state; waits for a settle in flight on that row (if
+    // that settle commits first, the job is gone and this matches nothing: NotFound), then removes it.
+    // Returns the state it was in. A running job's id is sent on the cancel channel (pg_notify, delivered
+    // when this autocommit statement commits): the worker running it hears it on its LISTEN session and
+    // aborts the handler's signal; its later settle matches nothing (the row is gone), so it writes
+    // nothing. Without LISTEN, that worker's heartbeat finds the lease gone.
     cancel: `
       WITH gone AS (
         DELETE FROM ${jobs} j WHERE j.id = $1::bigint
-        RETURNING j.id, j.task, j.payload, j.attempts, j.key, j.last_error, j.created_at
+        RETURNING j.id, j.task, j.payload, j.state, j.attempts, j.key, j.last_error, j.created_at, j.progress
       )${archiveDone('cancelled', 'gone')}
-      SELECT id FROM gone`,
+      SELECT id::text AS id, state,
+             CASE WHEN state = 'running' THEN pg_notify(${pg.escapeLiteral(options.cancelChannel)}, id::text) END AS notified
+        FROM gone`,
+    // Lock: FOR NO KEY UPDATE on the one job, only while it is still running under the caller's lease
+    // token (fenced like complete: a lost lease matches nothing and writes nothing). updated_at is left
+    // alone so the row version can stay a HOT update (progress is in no index).
+    progress: `
+      UPDATE ${jobs} j SET progress = $3::jsonb
+       WHERE j.id = $1::bigint AND j.lease_token = $2::uuid AND j.state = 'running'
+      RETURNING j.id`,
+    // Lock: ACCESS SHARE on jobs and jobs_archive (plain reads). ONE statement, so one snapshot: a job
+    // moving to the archive meanwhile is seen in exactly one of the two tables.
+    job: `
+      SELECT id::text AS id, task, payload, state, attempts, key, last_error, progress, created_at,
+             run_at, max_attempts, lease_expires_at, NULL::timestamptz AS finished_at
+        FROM ${jobs} WHERE id = $1::bigint
+      UNION ALL
+      SELECT id::text, task, payload, state, attempts, key, last_error, progress, created_at,
+             NULL, NULL, NULL, finished_at
+        FROM ${s}.jobs_archive WHERE id = $1::bigint`,
+    // Lock: ROW EXCLUSIVE on jobs_archive, and row locks (FOR UPDATE, SKIP LOCKED) on at most $2 rows,
+    // held only for this autocommit statement: prune() runs one such batch per statement, never one big
+    // transaction. Oldest first through jobs_archive_finished (an index range scan). SKIP LOCKED: two
+    // pruners never wait on each other. Nothing else writes archived rows, so nothing waits on these.
+    pruneArchive: `
+      WITH doomed AS MATERIALIZED (
+        SELECT id FROM ${s}.jobs_archive
+         WHERE finished_at < now() - $1::float8 * interval '1 millisecond'
+         ORDER BY finished_at
+         LIMIT $2
+         FOR UPDATE SKIP LOCKED
+      )
+      DELETE FROM ${s}.jobs_archive a USING doomed d WHERE a.id = d.id`,
+    // Lock: ROW EXCLUSIVE on jobs, and FOR UPDATE row locks (SKIP LOCKED) on at most $2 dead jobs, for
+    // this autocommit statement only; through the partial index jobs_dead_since. SKIP LOCKED: a dead job
+    // being redriven right now is left alone; the DELETE re-checks state (a job redriven between the
+    // snapshot and the lock is pending again and stays).
+    pruneDead: `
+      WITH doomed AS MATERIALIZED (
+        SELECT id FROM ${jobs}
+         WHERE state = 'dead' AND updated_at < now() - $1::float8 * interval '1 millisecond'
+         ORDER BY updated_at
+         LIMIT $2
+         FOR UPDATE SKIP LOCKED
+      )
+      DELETE FROM ${jobs} j USING doomed d WHERE j.id = d.id AND j.state = 'dead'`,
     // Lock: FOR UPDATE SKIP LOCKED on the dead jobs chosen, then the UPDATE's row locks; FOR NO KEY
     // UPDATE on the older dead jobs of the same keys (their note). Only one job per (task, key) may be
     // live (jobs_key): of several dead jobs sharing a key, only the newest one chosen by the filter is

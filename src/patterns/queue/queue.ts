@@ -23,20 +23,23 @@ import type {
   ReapResult,
   TaskMap,
 } from './job-store.js';
-import { type MigrateResult, migrateQueue, notifyChannel } from './migrate-queue.js';
+import { cancelChannel, type MigrateResult, migrateQueue, notifyChannel } from './migrate-queue.js';
 import { type PayloadInput, type PayloadSchema, validatePayload } from './payload-schema.js';
+import { progressJson } from './progress-json.js';
 import {
   claimOptionsSchema,
   enqueueManyOptionsSchema,
   enqueueOptionsSchema,
   failOptionsSchema,
   parseOptions,
+  pruneOptionsSchema,
   queueOptionsSchema,
   reapOptionsSchema,
   redriveOptionsSchema,
 } from './queue-options.js';
 import { type QueueStatements, queueStatements } from './queue-sql.js';
 import { invalidLease, isJobId, leaseArrays, splitLeases } from './split-leases.js';
+import { storableJson } from './storable-json.js';
 import type { WorkHandlers, WorkOptionsInput } from './work-options.js';
 import { QueueWorker } from './worker.js';
 
@@ -62,6 +65,57 @@ export type FailOptions = z.input<typeof failOptionsSchema>;
 export type RedriveOptions = z.input<typeof redriveOptionsSchema>;
 /** Options of {@link Queue.reap}. */
 export type ReapOptions = z.input<typeof reapOptionsSchema>;
+/** Options of {@link Queue.prune}. */
+export type PruneOptions = z.input<typeof pruneOptionsSchema>;
+
+/** What {@link Queue.cancel} did. */
+export interface CancelResult {
+  /** The job id. */
+  readonly id: string;
+  /**
+   * The state the job was in: 'pending' (it will never run), 'running' (its handler's `ctx.signal`
+   * aborts with `JobCancelled` and its settle writes nothing) or 'dead' (it will not be redriven).
+   */
+  readonly state: JobState;
+}
+
+/** A job as {@link Queue.job} reads it: live (pending, running, dead) or archived (done, cancelled). */
+export interface JobInfo {
+  /** Job id. */
+  readonly id: string;
+  /** Task name. */
+  readonly task: string;
+  /** Where it is: live states, or 'done' / 'cancelled' for an archived job. */
+  readonly state: JobState | 'done' | 'cancelled';
+  /** The payload. */
+  readonly payload: unknown;
+  /** Attempts so far. */
+  readonly attempts: number;
+  /** Unique key, if any. */
+  readonly key: string | null;
+  /** The error of the last failed attempt, if any. */
+  readonly lastError: string | null;
+  /** The last progress stored by its handler (`ctx.progress`), null when none. */
+  readonly progress: unknown;
+  /** When it was enqueued. */
+  readonly createdAt: Date;
+  /** When it (next) runs; null for an archived job. */
+  readonly runAt: Date | null;
+  /** Its attempt limit; null for an archived job. */
+  readonly maxAttempts: number | null;
+  /** When its lease expires (running jobs only), else null. */
+  readonly leaseExpiresAt: Date | null;
+  /** When it was archived (done or cancelled), else null. */
+  readonly finishedAt: Date | null;
+}
+
+/** What {@link Queue.prune} deleted. */
+export interface PruneResult {
+  /** Archived jobs deleted. */
+  readonly archived: number;
+  /** Dead jobs deleted. */
+  readonly dead: number;
+}
 
 /** What enqueue can fail with. */
 export type EnqueueError = UnknownTask | InvalidOptions | NotFound | DatabaseFailure;
@@ -115,13 +169,6 @@ const ENQUEUE_RACE_RETRIES = 5;
 const REDRIVE_RACE_RETRIES = 5;
 
 /**
- * A JSON text (from JSON.stringify) holding an escape jsonb refuses: NUL (`\u0000`, 22P05) or a lone
- * surrogate (`\ud800`, 22P02; JSON.stringify escapes only unpaired surrogates). An escape preceded by
- * an escaped backslash (`\\u0000`) is plain text and does not count.
- */
-const NUL_IN_JSON = /(?<!\\)(?:\\\\)*\\u(?:0000|d[89a-f][0-9a-f]{2})/i;
-
-/**
  * A job queue in PostgreSQL on `FOR UPDATE SKIP LOCKED`, with leases fenced by a per-claim token.
  *
  * - `enqueue(db, …)` inside your transaction is a transactional outbox: the job exists iff the
@@ -151,6 +198,8 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
   readonly schema: string;
   /** The NOTIFY channel workers LISTEN on. */
   readonly channel: string;
+  /** The NOTIFY channel carrying the ids of cancelled running jobs (workers LISTEN on it too). */
+  readonly cancelChannel: string;
   /** Registered task names. */
   readonly taskNames: readonly string[];
   /** Default lease in ms. */
@@ -178,12 +227,17 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
     this.txManager = options.txManager;
     this.schema = o.schema;
     this.channel = notifyChannel(o.schema);
+    this.cancelChannel = cancelChannel(o.schema);
     this.#tasks = options.tasks;
     this.taskNames = Object.freeze(Object.keys(options.tasks));
     this.leaseMs = o.lease;
     this.#maxAttempts = o.maxAttempts;
     this.#backoff = o.backoff;
-    this.#sql = queueStatements(o.schema, { archive: o.archive, channel: this.channel });
+    this.#sql = queueStatements(o.schema, {
+      archive: o.archive,
+      channel: this.channel,
+      cancelChannel: this.cancelChannel,
+    });
   }
 
   /**
@@ -209,21 +263,7 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
       // TypeError out of enqueue; undefined or a function serialize to nothing) and hold no U+0000
       // ("\u0000", which jsonb refuses with 22P05 after validation passed). Both refused here, before
       // SQL, like any invalid payload (found by test/property/fuzz-queue).
-      let json: string | undefined;
-      try {
-        json = JSON.stringify(parsed.value);
-      } catch (error) {
-        return err(invalidPayload(`the payload is not JSON-serializable (${errorText(error)})`));
-      }
-      if (json === undefined) return err(invalidPayload('the payload is not JSON-serializable'));
-      if (NUL_IN_JSON.test(json)) {
-        return err(
-          invalidPayload(
-            'a string in the payload holds NUL (U+0000) or a lone surrogate, which jsonb cannot store',
-          ),
-        );
-      }
-      return ok(parsed.value);
+      return storableJson(parsed.value, 'payload', 'the payload').map(() => parsed.value);
     }
     return err(parsed.error);
   }
@@ -533,18 +573,149 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
   }
 
   /**
-   * Cancels a job in any state (deletes it, or archives it as 'cancelled'). A worker running it gets
-   * `LeaseLost` on its settle. `NotFound` when there is no such job.
+   * Cancels a job in any state and returns the state it was in; `NotFound` when there is no such job
+   * (never enqueued, already done, already cancelled). The job leaves the jobs table at once (archived
+   * as 'cancelled' with `archive: true`):
+   * - pending: it will never run;
+   * - running: its handler's `ctx.signal` aborts with {@link JobCancelled} — at once on a worker that
+   *   LISTENs (the id goes out on {@link Queue.cancelChannel} when the cancel commits), else at that
+   *   worker's next heartbeat (reason `LeaseLost`). Its later settle writes nothing, a `ctx.transaction`
+   *   rolls back with `LeaseLost`, and the run ends with outcome 'cancelled' (or 'lost');
+   * - dead: it will not be redriven.
+   * A settle that commits first wins: the job is then done and this returns `NotFound`.
    *
    * @example
-   * await queue.cancel(job.id);
+   * const r = await queue.cancel(job.id);
+   * if (r.isOk() && r.value.state === 'running') console.log('its handler is being aborted');
    */
-  cancel(id: string | number): ResultAsync<void, NotFound | DatabaseFailure> {
+  cancel(id: string | number): ResultAsync<CancelResult, NotFound | DatabaseFailure> {
     // An id that cannot be a job id (not a decimal, or beyond bigint: a raw 22003 before) names no job.
     if (!isJobId(id)) return errAsync(new NotFound(`${this.schema}.jobs`, [id]));
-    return run<{ id: string }>(this.pool, this.#sql.cancel, [String(id)]).andThen((res) =>
-      res.rowCount === 0 ? err(new NotFound(`${this.schema}.jobs`, [id])) : ok(undefined),
+    return run<{ id: string; state: JobState }>(this.pool, this.#sql.cancel, [String(id)]).andThen((res) => {
+      const row = res.rows[0];
+      return row === undefined
+        ? err(new NotFound(`${this.schema}.jobs`, [id]))
+        : ok({ id: row.id, state: row.state });
+    });
+  }
+
+  /**
+   * Reads one job: live (pending, running, dead) from the jobs table, or archived (done, cancelled:
+   * only with `archive: true`) — with its progress. `NotFound` when it is in neither (a completed job
+   * without the archive is deleted).
+   *
+   * @example
+   * const j = await queue.job(id);
+   * if (j.isOk()) console.log(j.value.state, j.value.progress);
+   */
+  job(id: string | number): ResultAsync<JobInfo, NotFound | DatabaseFailure> {
+    if (!isJobId(id)) return errAsync(new NotFound(`${this.schema}.jobs`, [id]));
+    type Row = {
+      id: string;
+      task: string;
+      payload: unknown;
+      state: JobInfo['state'];
+      attempts: number;
+      key: string | null;
+      last_error: string | null;
+      progress: unknown;
+      created_at: Date;
+      run_at: Date | null;
+      max_attempts: number | null;
+      lease_expires_at: Date | null;
+      finished_at: Date | null;
+    };
+    return run<Row>(this.pool, this.#sql.job, [String(id)]).andThen((res) => {
+      const r = res.rows[0];
+      if (r === undefined) return err(new NotFound(`${this.schema}.jobs`, [id]));
+      return ok({
+        id: r.id,
+        task: r.task,
+        state: r.state,
+        payload: r.payload,
+        attempts: r.attempts,
+        key: r.key,
+        lastError: r.last_error,
+        progress: r.progress ?? null,
+        createdAt: r.created_at,
+        runAt: r.run_at,
+        maxAttempts: r.max_attempts,
+        leaseExpiresAt: r.lease_expires_at,
+        finishedAt: r.finished_at,
+      });
+    });
+  }
+
+  /**
+   * Stores a running job's progress: a JSON value of at most 8 KiB as JSON, fenced by
+   * the lease token (`LeaseLost` and nothing written when the lease was lost). Not throttled: inside a
+   * handler use `ctx.progress`, which coalesces calls. The value is kept across retries (the next
+   * attempt sees it as `job.progress`) and copied to the archive. `InvalidOptions` and nothing sent
+   * for a value that is not JSON or too large.
+   *
+   * @example
+   * await queue.progress(job, { done: 40, total: 100 });
+   */
+  progress(job: JobLease, value: unknown): ResultAsync<void, SettleError> {
+    const invalid = invalidLease(job);
+    if (invalid !== undefined) return errAsync(invalid);
+    const json = progressJson(value);
+    if (json.isErr()) return errAsync(json.error);
+    return this.writeProgress(job, json.value);
+  }
+
+  /**
+   * Writes a progress value already turned into JSON by {@link progressJson} (validated, size-capped),
+   * fenced like {@link Queue.progress}. Used by `ctx.progress`, which validates when it is called and
+   * writes later (coalesced).
+   *
+   * @example
+   * const json = progressJson({ done: 1 });
+   * if (json.isOk()) await queue.writeProgress(job, json.value);
+   */
+  writeProgress(job: JobLease, json: string): ResultAsync<void, SettleError> {
+    return run(this.pool, this.#sql.progress, [job.id, job.leaseToken, json]).andThen((res) =>
+      res.rowCount === 0 ? err(new LeaseLost(job.id)) : ok(undefined),
     );
+  }
+
+  /**
+   * Deletes archived jobs finished more than `olderThan` ago (and, with `deadOlderThan`, dead jobs that
+   * died longer ago than that), oldest first, in batches of `batch` rows: one short autocommit statement
+   * per batch (row locks on that batch only, SKIP LOCKED), never one long transaction, so completions and
+   * claims go on meanwhile. Stops after `limit` rows in all; returns how many of each it deleted. Workers
+   * can run it periodically (the `retention` work option).
+   *
+   * @example
+   * const r = await queue.prune({ olderThan: '7d', deadOlderThan: '30d' });
+   * if (r.isOk()) console.log(r.value.archived, r.value.dead);
+   */
+  prune(options: PruneOptions): ResultAsync<PruneResult, InvalidOptions | DatabaseFailure> {
+    const parsed = parseOptions(pruneOptionsSchema, options);
+    if (parsed.isErr()) return errAsync(parsed.error);
+    const o = parsed.value;
+    const loop = async (): Promise<Result<PruneResult, DatabaseFailure>> => {
+      let left = o.limit;
+      const sweep = async (text: string, ageMs: number): Promise<Result<number, DatabaseFailure>> => {
+        let deleted = 0;
+        while (left > 0) {
+          const n = Math.min(o.batch, left);
+          const r = await run(this.pool, text, [ageMs, n]);
+          if (r.isErr()) return err(r.error);
+          const count = r.value.rowCount ?? 0;
+          deleted += count;
+          left -= count;
+          if (count < n) break;
+        }
+        return ok(deleted);
+      };
+      const archived = o.olderThan === undefined ? ok(0) : await sweep(this.#sql.pruneArchive, o.olderThan);
+      if (archived.isErr()) return err(archived.error);
+      const dead = o.deadOlderThan === undefined ? ok(0) : await sweep(this.#sql.pruneDead, o.deadOlderThan);
+      if (dead.isErr()) return err(dead.error);
+      return ok({ archived: archived.value, dead: dead.value });
+    };
+    return new ResultAsync(loop());
   }
 
   /**
@@ -644,8 +815,4 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
   work(handlers: WorkHandlers<T>, options: WorkOptionsInput = {}): QueueWorker<T> {
     return new QueueWorker(this, handlers, options);
   }
-}
-
-function invalidPayload(message: string): InvalidOptions {
-  return new InvalidOptions([{ path: ['payload'], message }]);
 }

@@ -1,19 +1,38 @@
 import type { ResultAsync } from 'neverthrow';
 import { z } from 'zod/v4';
-import type { LeaseLost, TxKitError } from '../../errors/errors.js';
+import type { DatabaseFailure, InvalidOptions, LeaseLost, TxKitError } from '../../errors/errors.js';
 import type { Tx } from '../../tx/types.js';
 import type { Job } from './job.js';
 import type { TaskMap } from './job-store.js';
 import type { PayloadOutput } from './payload-schema.js';
-import { durationSchema } from './queue-options.js';
+import { durationSchema, pruneFieldsSchema, SOME_RETENTION } from './queue-options.js';
 
 /** What a handler gets besides its job. */
 export interface JobContext {
   /**
-   * Aborted when the handler times out (`handlerTimeout`), when the worker is forced to stop, or when
-   * the heartbeat finds the lease lost. Pass it to fetch/HTTP clients.
+   * Aborted when the handler times out (`handlerTimeout`), when the worker is forced to stop, when the
+   * job is cancelled (`queue.cancel`: reason `JobCancelled`, heard on the worker's LISTEN session), or
+   * when the heartbeat finds the lease lost (reason `LeaseLost`; also how a cancel reaches a worker
+   * without LISTEN). Pass it to fetch/HTTP clients.
    */
   readonly signal: AbortSignal;
+  /**
+   * Stores `value` (JSON, at most 8 KiB) as the job's progress, readable with `queue.job(id)` and kept
+   * across retries (the next attempt gets it as `job.progress`). Coalesced: the last value wins, written
+   * at once, then at most once per `progressInterval`, and once more when the handler returns, so
+   * calling it in a tight loop costs no more statements than that. Resolves when the value (or a newer
+   * one) is written; `InvalidOptions` at once and nothing sent for a value that is not JSON or too
+   * large; `LeaseLost` and nothing written when the job is no longer ours. No need to await it. (It
+   * runs on the pool, outside `ctx.transaction`: awaiting it inside that callback on a pool of one
+   * connection would wait forever.)
+   *
+   * @example
+   * for (const [i, row] of rows.entries()) {
+   *   await importRow(row);
+   *   void ctx.progress({ done: i + 1, total: rows.length });
+   * }
+   */
+  progress(value: unknown): ResultAsync<void, LeaseLost | InvalidOptions | DatabaseFailure>;
   /**
    * Runs `fn(tx)` in ONE transaction together with this job's fenced completion: the handler's
    * database writes commit if and only if the job is completed, so they happen exactly once even if
@@ -35,14 +54,15 @@ export type JobHandler<P> = (job: Job<P>, context: JobContext) => unknown;
 export type WorkHandlers<T extends TaskMap> = { readonly [K in keyof T]?: JobHandler<PayloadOutput<T[K]>> };
 
 /** How a job's run ended. */
-export type JobOutcome = 'completed' | 'failed' | 'dead' | 'lost' | 'released' | 'unsettled';
+export type JobOutcome = 'completed' | 'failed' | 'dead' | 'lost' | 'cancelled' | 'released' | 'unsettled';
 
 /** Reported by {@link WorkerHooks.onJobEnd}. */
 export interface JobEndEvent {
   readonly job: Job;
   /**
    * completed; failed (will retry); dead (attempts used up); lost (lease lost: someone else owns the
-   * job now, nothing written); released (given back on a forced stop); unsettled (the settle could
+   * job now, or it was cancelled and the heartbeat found out; nothing written); cancelled (the job was
+   * cancelled while it ran and the worker heard it; nothing written); released (given back on a forced stop); unsettled (the settle could
    * not be written — the lease will expire and the reaper re-queues it).
    */
   readonly outcome: JobOutcome;
@@ -58,6 +78,7 @@ export type WorkerPhase =
   | 'settle'
   | 'heartbeat'
   | 'reap'
+  | 'prune'
   | 'listen'
   | 'release'
   | 'hook'
@@ -111,6 +132,20 @@ export const workOptionsSchema = z.strictObject({
   maxSettleBatch: z.number().int().min(1).max(10_000).default(500),
   /** Run the reaper this often (0: never; another worker or a cron must). */
   reapInterval: durationSchema.default(5000),
+  /**
+   * Write a handler's `ctx.progress` at most this often (the first report goes at once, the last one
+   * when the handler returns).
+   */
+  progressInterval: durationSchema.default(1000),
+  /**
+   * Retention: every `every` (default 10 minutes; first run one interval after start), run
+   * `queue.prune` with these options: e.g. `{ olderThan: '7d', deadOlderThan: '30d' }`. Off unless given.
+   * Safe on every replica at once (SKIP LOCKED batches).
+   */
+  retention: pruneFieldsSchema
+    .extend({ every: durationSchema.refine((ms) => ms >= 1000, 'at least 1s').default(600_000) })
+    .refine(...SOME_RETENTION)
+    .optional(),
   /** Hooks for errors and job events. */
   hooks: z
     .custom<WorkerHooks>((v) => typeof v === 'object' && v !== null, 'an object of hook functions')
@@ -129,6 +164,7 @@ export interface WorkerCounters {
   readonly failed: number;
   readonly dead: number;
   readonly lost: number;
+  readonly cancelled: number;
   readonly released: number;
   readonly unsettled: number;
   readonly errors: number;

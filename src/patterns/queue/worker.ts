@@ -47,6 +47,7 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
     failed: 0,
     dead: 0,
     lost: 0,
+    cancelled: 0,
     released: 0,
     unsettled: 0,
     errors: 0,
@@ -83,6 +84,7 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
         leaseMs: this.#leaseMs,
         handlerTimeout: this.#o.handlerTimeout,
         hooks: this.#o.hooks,
+        progressIntervalMs: this.#o.progressInterval,
       },
       {
         onSlotFree: () => this.#slotFree(),
@@ -111,7 +113,9 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
       this.#listener = new JobListener({
         connection: store.pool.options,
         channel: store.channel,
+        cancelChannel: store.cancelChannel,
         onWake: () => this.#wake.wake(),
+        onCancel: (id) => this.#cancelled(id),
         onError: (e) => this.#error(e, 'listen'),
       });
       this.#listener.start();
@@ -128,6 +132,9 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
     this.#heartbeatTimer.unref?.();
     if (this.#o.reapInterval > 0)
       this.#timers.push(setInterval(() => void this.#reap(), this.#o.reapInterval));
+    const retention = this.#o.retention;
+    if (retention !== undefined)
+      this.#timers.push(setInterval(() => void this.#prune(retention), retention.every));
     for (const t of this.#timers) t.unref?.();
   }
 
@@ -291,6 +298,27 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
       this.#counters.lost += await this.#runner.heartbeat(this.#buffer);
     } catch (e) {
       this.#error(e, 'heartbeat');
+    }
+  }
+
+  /** A job was cancelled (its id heard on the cancel channel): abort its handler, or drop it unstarted. */
+  #cancelled(id: string): void {
+    if (this.#runner.cancel(id)) return;
+    const at = this.#buffer.findIndex((b) => b.job.id === id);
+    if (at < 0) return;
+    this.#buffer.splice(at, 1);
+    this.#counters.cancelled++;
+    this.#slotFree();
+  }
+
+  async #prune(retention: NonNullable<WorkOptions['retention']>): Promise<void> {
+    if (this.#stopping) return;
+    try {
+      const { every: _every, ...options } = retention;
+      const r = await this.#store.prune(options);
+      if (r.isErr()) this.#error(r.error, 'prune');
+    } catch (e) {
+      this.#error(e, 'prune');
     }
   }
 
