@@ -30,6 +30,7 @@ export {
   Overlap,
   PoolExhausted,
   QueryTimeout,
+  ReadOnlyTransaction,
   RetriesExhausted,
   SerializationFailure,
   SQLSTATE,

@@ -38,6 +38,11 @@ export const RETRY_TABLE = {
     allowed: true,
     why: 'lost before COMMIT was sent: the server rolled the transaction back',
   },
+  ReadOnlyTransaction: {
+    byDefault: true,
+    allowed: true,
+    why: '25006: a read-only server (standby, stale DNS after a failover) refused the write; it did nothing, and a new connection may reach the primary (never for a readOnly transaction)',
+  },
   IdleInTransactionTimeout: {
     byDefault: false,
     allowed: true,

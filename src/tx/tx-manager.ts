@@ -62,6 +62,16 @@ const RETURNED_CONFLICTS: ReadonlySet<string> = new Set([
   'ConnectionLost',
 ]);
 
+/**
+ * Is this failure of an outermost attempt retried under these settings? The retry table decides, except
+ * that a read-only refusal (25006) of a `readOnly` transaction is its own write, not a read-only server:
+ * another attempt would be refused the same way.
+ */
+function retriesFailure(failure: TxKitError, settings: TxSettings): boolean {
+  if (settings.readOnly && failure.kind === 'ReadOnlyTransaction') return false;
+  return isRetryable(failure, settings.retryOn);
+}
+
 /** Distinct per-call option sets whose parsed settings a manager keeps. */
 const SETTINGS_CACHE_SIZE = 256;
 
@@ -473,7 +483,7 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
     const retried = await withRetry<AttemptEnd>(
       async (n) => {
         const end = await this.#attempt(fn, settings, n, independent, startedAt);
-        if (end.type === 'failure' && isRetryable(end.failure, settings.retryOn)) {
+        if (end.type === 'failure' && retriesFailure(end.failure, settings)) {
           return { done: false, failure: end.failure };
         }
         return { done: true, value: end };

@@ -38,6 +38,7 @@ const EXPECTED = {
     'Queue',
     'QueueWorker',
     'RETRYABLE_KINDS',
+    'ReadOnlyTransaction',
     'RetriesExhausted',
     'SINGLE_RUN_TABLE',
     'SQLSTATE',
