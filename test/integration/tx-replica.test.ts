@@ -82,3 +82,103 @@ describe('a write that reaches a read-only server (25006)', () => {
     expect(attempts).toBe(1);
   });
 });
+
+/** What a read saw and where it ran. */
+async function readEvents(tx: { query: pg.Pool['query'] }, body: string) {
+  const { rows } = await tx.query<{ n: number; standby: boolean }>(
+    'SELECT count(*)::int AS n, pg_is_in_recovery() AS standby FROM events WHERE body = $1',
+    [body],
+  );
+  return rows[0];
+}
+
+/** A request: starts in an async context of its own (like a handler called for a new socket event). */
+async function request<T>(fn: () => Promise<T>): Promise<T> {
+  await null;
+  return fn();
+}
+
+describe('readOnly transactions on a replica', () => {
+  it('routes readOnly to the replica, read-write and serializable readOnly to the primary', async () => {
+    const tm = new TxManager(newPool(primary.url), { replica: newPool(standby.url) });
+    const where = (tx: { query: pg.Pool['query'] }) =>
+      tx.query<{ standby: boolean }>('SELECT pg_is_in_recovery() AS standby').then((r) => r.rows[0]?.standby);
+    expect(await tm.doOrThrow(where, { readOnly: true })).toBe(true);
+    expect(await tm.doOrThrow(where, { readOnly: true, isolation: 'repeatable read' })).toBe(true);
+    expect(await tm.doOrThrow(where)).toBe(false);
+    // A hot standby refuses serializable (0A000): the manager keeps that guarantee on the primary.
+    expect(await tm.doOrThrow(where, { readOnly: true, isolation: 'serializable', deferrable: true })).toBe(
+      false,
+    );
+    expect(tm.replica).toBeDefined();
+  });
+
+  it('lag made visible: with replay paused, another request misses a write that its writer reads back', async () => {
+    const tm = new TxManager(newPool(primary.url), { replica: newPool(standby.url) });
+    await standby.pauseReplay();
+    let writerRead: Awaited<ReturnType<typeof readEvents>>;
+    let otherRead: Awaited<ReturnType<typeof readEvents>>;
+    let lagBytes = 0;
+    try {
+      writerRead = await request(async () => {
+        await tm.doOrThrow((tx) => tx.query('INSERT INTO events (body) VALUES ($1)', ['ryw']));
+        return tm.doOrThrow((tx) => readEvents(tx, 'ryw'), { readOnly: true });
+      });
+      otherRead = await request(() => tm.doOrThrow((tx) => readEvents(tx, 'ryw'), { readOnly: true }));
+      lagBytes = (await standby.lag()).bytes;
+    } finally {
+      await standby.resumeReplay();
+    }
+    expect(lagBytes).toBeGreaterThan(0);
+    // The writer's own read went to the primary (the replica had not replayed its commit) and saw it …
+    expect(writerRead).toEqual({ n: 1, standby: false });
+    // … another request read the paused replica: the write is not there yet.
+    expect(otherRead).toEqual({ n: 0, standby: true });
+    await standby.caughtUp();
+    expect(await request(() => tm.doOrThrow((tx) => readEvents(tx, 'ryw'), { readOnly: true }))).toEqual({
+      n: 1,
+      standby: true,
+    });
+  });
+
+  it('once the replica has replayed the commit, the writer reads the replica again', async () => {
+    const tm = new TxManager(newPool(primary.url), { replica: newPool(standby.url) });
+    const reads = await request(async () => {
+      await tm.doOrThrow((tx) => tx.query('INSERT INTO events (body) VALUES ($1)', ['replayed']));
+      await standby.caughtUp();
+      return [
+        await tm.doOrThrow((tx) => readEvents(tx, 'replayed'), { readOnly: true }),
+        await tm.doOrThrow((tx) => readEvents(tx, 'replayed'), { readOnly: true }),
+      ];
+    });
+    expect(reads).toEqual([
+      { n: 1, standby: true },
+      { n: 1, standby: true },
+    ]);
+  });
+
+  it('readYourWrites: false reads the replica right after a write (the naive routing misses it)', async () => {
+    const tm = new TxManager(newPool(primary.url), { replica: newPool(standby.url), readYourWrites: false });
+    await standby.pauseReplay();
+    let read: Awaited<ReturnType<typeof readEvents>>;
+    try {
+      read = await request(async () => {
+        await tm.doOrThrow((tx) => tx.query('INSERT INTO events (body) VALUES ($1)', ['naive']));
+        return tm.doOrThrow((tx) => readEvents(tx, 'naive'), { readOnly: true });
+      });
+    } finally {
+      await standby.resumeReplay();
+    }
+    expect(read).toEqual({ n: 0, standby: true });
+  });
+
+  it('refuses a replica that is not a pool, and a bad window, before any SQL', () => {
+    const pool = newPool(primary.url);
+    expect(() => new TxManager(pool, { replica: {} as pg.Pool })).toThrow(
+      expect.objectContaining({ kind: 'InvalidOptions' }),
+    );
+    expect(() => new TxManager(pool, { replica: pool, readYourWrites: 'soon' })).toThrow(
+      expect.objectContaining({ kind: 'InvalidOptions' }),
+    );
+  });
+});
