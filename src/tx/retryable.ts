@@ -84,7 +84,7 @@ export const RETRYABLE_KINDS = KINDS.filter((k) => RETRY_TABLE[k].allowed) as [
   ...RetryableKind[],
 ];
 
-/** What is retried when `retryOn` is not given: 40001, 40P01, 55P03, a connection lost before COMMIT. */
+/** What is retried when `retryOn` is not given: 40001, 40P01, 55P03, a connection lost before COMMIT, 25006 from a read-only server. */
 export const DEFAULT_RETRY_ON: readonly RetryableKind[] = KINDS.filter(
   (k) => RETRY_TABLE[k].byDefault,
 ) as RetryableKind[];
