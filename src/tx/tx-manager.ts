@@ -587,7 +587,10 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
       const route = await router.route(settings);
       if (route.to === 'replica') {
         const acquired = await acquireClient(router.pool, router.connect, options);
-        if (acquired.isErr() || route.lsn === undefined) return acquired;
+        // A replica that cannot be reached: the primary serves the read (it has everything the replica has).
+        if (acquired.isErr() && acquired.error.kind !== 'ConnectionLost') return acquired;
+        if (acquired.isErr()) return acquireClient(this.pool, this.#connect, options);
+        if (route.lsn === undefined) return acquired;
         const replayed = await router.replayed(acquired.value, route.lsn);
         if (replayed === 'replayed') return acquired;
         // Not replayed yet: the read goes to the primary, and this healthy client back to its pool.

@@ -182,3 +182,18 @@ describe('readOnly transactions on a replica', () => {
     );
   });
 });
+
+describe('a replica that cannot be reached', () => {
+  it('sends readOnly transactions to the primary instead of failing them', async () => {
+    const proxy = await FaultProxy.start({ target: standby.url });
+    proxies.push(proxy);
+    const replicaPool = newPool(proxy.url, 2);
+    const tm = new TxManager(newPool(primary.url), { replica: replicaPool });
+    const where = (tx: { query: pg.Pool['query'] }) =>
+      tx.query<{ standby: boolean }>('SELECT pg_is_in_recovery() AS standby').then((r) => r.rows[0]?.standby);
+    expect(await tm.doOrThrow(where, { readOnly: true })).toBe(true);
+    await proxy.close(); // the replica's address now refuses connections
+    await replicaPool.query('SELECT 1').catch(() => {}); // (its idle client is gone too)
+    expect(await tm.doOrThrow(where, { readOnly: true })).toBe(false);
+  });
+});
