@@ -6,8 +6,11 @@ import type { TxSettings } from './tx-options.js';
 interface WriteMark {
   /** After this `performance.now()`, the context reads the replica without a check. */
   readonly until: number;
-  /** The primary's WAL insert position read after the COMMIT (at or past the commit record), if read. */
-  readonly lsn: Promise<string | undefined>;
+  /**
+   * The primary's WAL insert position read after the COMMIT (at or past the commit record), once its
+   * query has answered; until then (or when it failed) only the primary is sure to have the write.
+   */
+  lsn: string | undefined;
 }
 
 /** The read-your-writes state of one async context (a request, a job: what awaits one after the other). */
@@ -28,14 +31,15 @@ export type Route =
  * - read-write transactions, and `serializable` ones even when `readOnly` (a hot standby refuses
  *   serializable: SQLSTATE 0A000), run on the primary;
  * - after a read-write transaction committed in an async context, the primary's WAL insert position is
- *   read (at or past that COMMIT's record), and for `readYourWrites` milliseconds the `readOnly`
- *   transactions of the same context first ask their replica client `pg_last_wal_replay_lsn() >= lsn`:
- *   replayed → the replica (and the mark is dropped), not yet → the primary. After the window, the
- *   context reads the replica like any other.
+ *   read (at or past that COMMIT's record; until it has answered, the context reads the primary), and
+ *   for `readYourWrites` milliseconds the `readOnly` transactions of the same context first ask their
+ *   replica client `pg_last_wal_replay_lsn() >= lsn`: replayed → the replica (and the mark is
+ *   dropped), not yet → the primary. After the window, the context reads the replica like any other.
  *
- * "The same async context" is what AsyncLocalStorage propagates: `do()` gives the caller's context a
- * session when it has none, so the code after `await tm.do(write)` in the same function — and what it
- * calls — sees the write. Internal to the manager.
+ * "The same async context" is what AsyncLocalStorage propagates: each `do()` gives the caller's
+ * context a session of its own (inheriting the mark it saw), so the code after `await tm.do(write)` in
+ * the same function — and what it calls — sees the write, and a request started before it does not.
+ * Internal to the manager.
  */
 export class ReplicaRouter {
   /** The replica's pool. */
@@ -79,10 +83,10 @@ export class ReplicaRouter {
       session.mark = undefined;
       return { to: 'replica' };
     }
-    const lsn = await mark.lsn;
-    // The position could not be read (the primary did not answer): only the primary is sure to have it.
-    if (lsn === undefined) return { to: 'primary' };
-    return { to: 'replica', lsn };
+    // The position is not known yet (its query has not answered, or failed): never waited for — a
+    // read must not wait on a pool client that the caller may be holding.
+    if (mark.lsn === undefined) return { to: 'primary' };
+    return { to: 'replica', lsn: mark.lsn };
   }
 
   /**
@@ -102,10 +106,7 @@ export class ReplicaRouter {
       return 'failed';
     }
     const session = this.#sessions.getStore();
-    if (ok && session !== undefined && session.mark !== undefined) {
-      const mark = session.mark;
-      if ((await mark.lsn) === lsn) session.mark = undefined;
-    }
+    if (ok && session !== undefined && session.mark?.lsn === lsn) session.mark = undefined;
     return ok ? 'replayed' : 'behind';
   }
 
@@ -113,11 +114,15 @@ export class ReplicaRouter {
   wrote(): void {
     const session = this.#sessions.getStore();
     if (this.#windowMs === false || session === undefined) return;
+    const mark: WriteMark = { until: performance.now() + this.#windowMs, lsn: undefined };
+    session.mark = mark;
     // Reads the primary's WAL insert position (no lock): at or past the record of the COMMIT just done.
-    const lsn = this.#primaryQuery('SELECT pg_current_wal_insert_lsn()::text AS lsn').then(
-      (result) => result.rows[0]?.lsn,
-      () => undefined,
+    // Not awaited: the write's caller goes on; a failure leaves the reads of the window on the primary.
+    this.#primaryQuery('SELECT pg_current_wal_insert_lsn()::text AS lsn').then(
+      (result) => {
+        mark.lsn = result.rows[0]?.lsn;
+      },
+      () => {},
     );
-    session.mark = { until: performance.now() + this.#windowMs, lsn };
   }
 }
