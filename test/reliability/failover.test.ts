@@ -62,11 +62,21 @@ it('failover to a promoted standby: retried or CommitOutcomeUnknown, 25006 retri
       },
     },
   });
-  /** Resolves once `condition()` holds, re-checked on every event of the workload (no sleeps). */
-  const until = (condition: () => boolean): Promise<void> =>
-    new Promise((resolve) => {
+  /** What the run has done so far (in the failure message of a phase that never completes). */
+  let state = (): string => '';
+  /**
+   * Resolves once `condition()` holds, re-checked on every event of the workload (no sleeps). A phase
+   * that never completes fails the test with the run's state instead of hanging until its timeout.
+   */
+  const until = (phase: string, condition: () => boolean): Promise<void> =>
+    new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        progress.off('tick', check);
+        reject(new Error(`phase "${phase}" did not complete: ${state()}`));
+      }, 60_000);
       const check = () => {
         if (!condition()) return;
+        clearTimeout(timer);
         progress.off('tick', check);
         resolve();
       };
@@ -86,7 +96,9 @@ it('failover to a promoted standby: retried or CommitOutcomeUnknown, 25006 retri
     await queue.enqueueMany(pool, 'job', payloads, { maxAttempts: 1000, backoff: { baseMs: 10, capMs: 200 } })
   )._unsafeUnwrap();
 
-  const jobs = { effects: 0, handlerErrors: 0 };
+  // `outcomeUnknown`: the job's transaction (effect + fenced completion) got CommitOutcomeUnknown; it
+  // either committed (the job is done) or not (the job runs again) — the database says which, at the end.
+  const jobs = { effects: 0, outcomeUnknown: 0, handlerErrors: 0 };
   const workerErrors: string[] = [];
   const worker = queue.work(
     {
@@ -96,6 +108,10 @@ it('failover to a promoted standby: retried or CommitOutcomeUnknown, 25006 retri
         );
         if (r.isErr()) {
           jobs.handlerErrors++;
+          if (r.error.kind === 'CommitOutcomeUnknown') {
+            jobs.outcomeUnknown++;
+            progress.emit('tick');
+          }
           if (r.error.kind === 'UniqueViolation') {
             await pool.query('INSERT INTO violations (n) VALUES ($1)', [job.payload.n]).catch(() => {});
           }
@@ -124,7 +140,7 @@ it('failover to a promoted standby: retried or CommitOutcomeUnknown, 25006 retri
       pooler: 'direct',
     })
   )._unsafeUnwrap();
-  const lockLost = new Promise<void>((resolve) => lock.lost.addEventListener('abort', () => resolve()));
+  lock.lost.addEventListener('abort', () => progress.emit('tick'));
 
   // Transfer lanes: each transfer writes a ledger row with a unique id; the outcome the caller got is kept.
   const acknowledged = new Set<string>();
@@ -156,27 +172,51 @@ it('failover to a promoted standby: retried or CommitOutcomeUnknown, 25006 retri
     }
   };
   const lanes = Array.from({ length: LANES }, (_, l) => lane(l));
+  state = () =>
+    JSON.stringify({
+      acknowledged: acknowledged.size,
+      outcomes,
+      effects: jobs.effects,
+      retries,
+      promoted,
+      lock: lock.lostReason,
+      workerErrors: workerErrors.slice(-5),
+    });
 
   // 1. The workload runs on the primary.
-  await until(() => acknowledged.size >= 50 && jobs.effects >= 50);
+  await until('on the primary', () => acknowledged.size >= 50 && jobs.effects >= 50);
   // 2. The name moves to the standby before it is promoted: every connection is cut, new ones are read-only.
   const faults = { retarget: 0, dropAll: 0, promote: 0 };
+  // Slow round trips first, so that the cut finds statements — COMMITs among them — on the wire.
+  proxy.latency(10);
+  const inFlight = acknowledged.size;
+  await until('slow round trips', () => acknowledged.size >= inFlight + LANES);
   proxy.retarget(standby.url);
   faults.retarget++;
   faults.dropAll += proxy.dropAll() > 0 ? 1 : 0;
-  await until(() => (retries.ReadOnlyTransaction ?? 0) >= 10);
-  await lockLost;
+  proxy.latency(0);
+  await until('writes refused by the standby', () => (retries.ReadOnlyTransaction ?? 0) >= 10);
+  await until('SessionLock lost', () => lock.lost.aborted);
   // 3. The standby replays everything the old primary acknowledged (a switchover), and is promoted.
   await standby.caughtUp();
   await standby.promote();
   promoted = true;
   faults.promote++;
   // 4. The same name now reaches a writable primary: the workload goes on, the queue drains.
-  await until(() => committedAfterPromotion >= 50 && jobs.effects >= JOBS);
+  await until(
+    'after the promotion',
+    () => committedAfterPromotion >= 50 && jobs.effects + jobs.outcomeUnknown >= JOBS,
+  );
   stopping = true;
   await Promise.all(lanes);
+  // The queue drains: what is still pending or running is a job whose outcome was unknown and did not commit.
+  const drainStarted = Date.now();
+  let stats = (await queue.stats())._unsafeUnwrap();
+  while (stats.pending + stats.running > 0 && Date.now() - drainStarted < 60_000) {
+    await new Promise((r) => setTimeout(r, 50));
+    stats = (await queue.stats())._unsafeUnwrap();
+  }
   await worker.stop();
-  const stats = (await queue.stats())._unsafeUnwrap();
 
   // Checks, on the promoted server.
   const promotedPool = new pg.Pool({ connectionString: standby.url, max: 2 });
@@ -211,7 +251,7 @@ it('failover to a promoted standby: retried or CommitOutcomeUnknown, 25006 retri
     `failover: transactions=${transactions} ${JSON.stringify(outcomes)} acknowledged=${acknowledged.size} ` +
       `unknown=${unknown.size} (committed ${[...unknown].filter((id) => ledger.has(id)).length}) ` +
       `after-promotion=${committedAfterPromotion} jobs=${JOBS} effects=${effects.rows[0]?.n} ` +
-      `handler-errors=${jobs.handlerErrors} worker-errors=${workerErrors.length} retries=${JSON.stringify(retries)} ` +
+      `job-outcome-unknown=${jobs.outcomeUnknown} handler-errors=${jobs.handlerErrors} worker-errors=${workerErrors.length} retries=${JSON.stringify(retries)} ` +
       `faults=${JSON.stringify(faults)} lock=${lock.lostReason} anomalies=${anomalies.length}`,
   );
   expect(anomalies).toEqual([]);
