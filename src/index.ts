@@ -33,6 +33,7 @@ export {
   Overlap,
   PoolExhausted,
   QueryTimeout,
+  ReadOnlyTransaction,
   RetriesExhausted,
   SerializationFailure,
   SQLSTATE,

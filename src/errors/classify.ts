@@ -13,6 +13,7 @@ import {
   NotNullViolation,
   PoolExhausted,
   QueryTimeout,
+  ReadOnlyTransaction,
   SerializationFailure,
   StatementTimeout,
   TxKitError,
@@ -139,6 +140,8 @@ export function classify(error: unknown): DatabaseFailure | undefined {
         return new CommitOutcomeUnknown(error);
       case 'ConnectionLost':
         return new ConnectionLost(fields.code, error);
+      case 'ReadOnlyTransaction':
+        return new ReadOnlyTransaction(error);
     }
   }
   if (fields.message === QUERY_READ_TIMEOUT) return new QueryTimeout(error);
@@ -166,6 +169,7 @@ const DATABASE_KINDS: ReadonlySet<string> = new Set([
   'QueryTimeout',
   'IdleInTransactionTimeout',
   'ConnectionLost',
+  'ReadOnlyTransaction',
   'CommitOutcomeUnknown',
   'PoolExhausted',
   'DbError',

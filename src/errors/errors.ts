@@ -213,6 +213,26 @@ export class ConnectionLost extends TxKitError {
 }
 
 /**
+ * 25006 read_only_sql_transaction: the server refused a write because the transaction is read only —
+ * either the server is (a hot standby, a demoted primary, `default_transaction_read_only`; what a stale
+ * DNS answer after a failover points at) or the transaction was started `readOnly`. The statement
+ * did nothing. A read-write transaction is retried on a NEW connection (the refused client is
+ * destroyed, never returned to the pool to fail again) until one reaches a writable primary; a
+ * `readOnly` one is not retried (its write is the bug).
+ *
+ * @example
+ * const r = await tm.do((tx) => tx.query('INSERT INTO t VALUES (1)'), { readOnly: true });
+ * if (r.isErr() && r.error.kind === 'ReadOnlyTransaction') console.log(r.error.code); // '25006'
+ */
+export class ReadOnlyTransaction extends TxKitError {
+  readonly kind = 'ReadOnlyTransaction' as const;
+  readonly code = '25006' as const;
+  constructor(cause?: unknown) {
+    super('the server refused a write in a read-only transaction (a hot standby, or readOnly: true)', cause);
+  }
+}
+
+/**
  * The connection broke while COMMIT was in flight, or the server answered COMMIT that it cannot tell
  * (40003; with `retryMode: 'commit-conflicts'` also 08007 and the internal errors of class XX a
  * distributed engine's commit can raise): the transaction may or may not have committed. Never retried
@@ -491,6 +511,7 @@ export type DatabaseFailure =
   | QueryTimeout
   | IdleInTransactionTimeout
   | ConnectionLost
+  | ReadOnlyTransaction
   | CommitOutcomeUnknown
   | PoolExhausted
   | DbError;

@@ -28,6 +28,10 @@ export const SQLSTATE = [
   // 25P03 idle_in_transaction_session_timeout: the server ended the session; the transaction is gone.
   // Its own kind: caused by a slow step inside the transaction, which a retry would repeat.
   { code: '25P03', name: 'idle_in_transaction_session_timeout', kind: 'IdleInTransactionTimeout' },
+  // --- The server is read only (a hot standby, a demoted primary: where a stale DNS answer points after a
+  // failover), or the transaction was started READ ONLY. The write did nothing; a read-write transaction
+  // is retried on a new connection, a readOnly one is not. ---
+  { code: '25006', name: 'read_only_sql_transaction', kind: 'ReadOnlyTransaction' },
   // --- The connection or the server went away (ConnectionLost is retried only before COMMIT was sent). ---
   { code: '57P01', name: 'admin_shutdown', kind: 'ConnectionLost' }, // pg_terminate_backend, fast shutdown
   { code: '57P02', name: 'crash_shutdown', kind: 'ConnectionLost' },

@@ -2,13 +2,15 @@ import { createServer, type Server, type Socket, connect as tcpConnect } from 'n
 import { z } from 'zod/v4';
 import { InvalidOptions } from '../errors/index.js';
 
+const targetSchema = z.union([
+  z.string().min(1),
+  z.object({ host: z.string().min(1), port: z.number().int().min(1).max(65535) }).strict(),
+]);
+
 const faultProxyOptionsSchema = z
   .object({
     /** Where to forward: a connection string (`postgres://…`) or a host and port. */
-    target: z.union([
-      z.string().min(1),
-      z.object({ host: z.string().min(1), port: z.number().int().min(1).max(65535) }).strict(),
-    ]),
+    target: targetSchema,
     /** Port to listen on (127.0.0.1); 0 (default) picks a free one. */
     listenPort: z.number().int().min(0).max(65535).default(0),
   })
@@ -64,12 +66,14 @@ export class FaultProxy {
   readonly port: number;
   readonly #server: Server;
   readonly #links = new Set<Link>();
+  #target: { host: string; port: number };
   #stalled = false;
   #latencyMs = 0;
   #closed = false;
 
-  private constructor(server: Server, port: number, url: string) {
+  private constructor(server: Server, port: number, url: string, target: { host: string; port: number }) {
     this.#server = server;
+    this.#target = target;
     this.port = port;
     this.url = url;
   }
@@ -91,7 +95,7 @@ export class FaultProxy {
     const target = parseTarget(parsed.data.target);
     let proxy: FaultProxy | undefined;
     const server = createServer((client) => {
-      if (proxy) proxy.#accept(client, target);
+      if (proxy) proxy.#accept(client, proxy.#target);
       else client.destroy();
     });
     await new Promise<void>((resolve, reject) => {
@@ -112,7 +116,7 @@ export class FaultProxy {
     } else {
       url = `postgres://127.0.0.1:${port}/`;
     }
-    proxy = new FaultProxy(server, port, url);
+    proxy = new FaultProxy(server, port, url, { host: target.host, port: target.port });
     return proxy;
   }
 
@@ -176,6 +180,28 @@ export class FaultProxy {
       this.#pump(link.up);
       this.#pump(link.down);
     }
+  }
+
+  /**
+   * Sends NEW connections to another server from now on (what a DNS name or a virtual IP does when
+   * a failover moves it to a promoted standby); connections already open stay on the old one until
+   * they end or {@link FaultProxy.dropAll} cuts them. {@link FaultProxy.url} does not change: user,
+   * password and database must be valid on the new target too. Throws `InvalidOptions` on a bad target.
+   *
+   * @example
+   * proxy.retarget(standby.url); // the new primary after `await standby.promote()`
+   * proxy.dropAll(); // and the old connections are gone, as after a real failover
+   */
+  retarget(target: FaultProxyOptions['target']): void {
+    const parsed = targetSchema.safeParse(target);
+    if (!parsed.success) {
+      throw new InvalidOptions(
+        parsed.error.issues.map((i) => ({ path: ['target', ...i.path], message: i.message, code: i.code })),
+        parsed.error,
+      );
+    }
+    const { host, port } = parseTarget(parsed.data);
+    this.#target = { host, port };
   }
 
   /** Stops listening and resets every connection. Idempotent. */

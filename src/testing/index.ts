@@ -66,6 +66,7 @@ export {
   type StartPostgresOptions,
   startPostgres,
 } from './start-postgres.js';
+export type { ReplicationLag, StartedStandby, StartStandbyOptions } from './start-standby.js';
 export {
   type CreateTestDatabaseOptions,
   createTestDatabase,

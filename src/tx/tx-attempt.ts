@@ -99,6 +99,8 @@ export class TxAttempt {
   #lastFailure: DatabaseFailure | undefined;
   #connectionError: unknown;
   #broken = false;
+  /** The server refused a write as read-only (25006): this client reaches a read-only server; destroy it. */
+  #readOnlyServer = false;
   #closed = false;
   #released = false;
   #savepoints = 0;
@@ -351,6 +353,11 @@ export class TxAttempt {
         'pg-txkit: client left inside a transaction; destroyed instead of returned to the pool',
       );
     }
+    if (reason === undefined && this.#readOnlyServer) {
+      // A pooled client that reached a read-only server (a standby behind a stale DNS answer) would
+      // refuse the retry's writes again: the retry must get a new connection.
+      reason = new Error('pg-txkit: the server refused a write as read-only (25006); connection discarded');
+    }
     if (reason !== undefined) {
       // Keep our 'error' listener on a client being destroyed: a late socket error must not crash the process.
       client.release(reason);
@@ -433,11 +440,13 @@ export class TxAttempt {
     const code = (error as { code?: unknown }).code;
     if (code === IN_FAILED_TRANSACTION && this.#lastFailure !== undefined) return this.#lastFailure;
     this.#lastFailure = failure;
+    if (failure.kind === 'ReadOnlyTransaction' && !this.settings.readOnly) this.#readOnlyServer = true;
     if (
       failure.kind === 'SerializationFailure' ||
       failure.kind === 'ConnectionLost' ||
       failure.kind === 'QueryTimeout' ||
-      failure.kind === 'IdleInTransactionTimeout'
+      failure.kind === 'IdleInTransactionTimeout' ||
+      failure.kind === 'ReadOnlyTransaction'
     ) {
       this.doomWith(failure);
     }

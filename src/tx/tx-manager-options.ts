@@ -1,3 +1,4 @@
+import type pg from 'pg';
 import { z } from 'zod/v4';
 import type {
   CheckViolation,
@@ -8,6 +9,7 @@ import type {
 } from '../errors/index.js';
 import { durationSchema } from './duration.js';
 import type { TxHooks } from './hooks.js';
+import { isPool } from './is-pool.js';
 import { RETRY_MODES } from './retryable.js';
 import type { TxOptions } from './tx-options.js';
 
@@ -63,6 +65,17 @@ export const txManagerOptionsSchema = z
     retryMode: z.enum(RETRY_MODES).default('postgres'),
     /** An attempt that holds its connection longer than this calls `onSlowTransaction`. Default 1 s. */
     slowTransactionMs: durationSchema.default(1000),
+    /**
+     * A pool on a read replica (a hot standby): `readOnly` transactions run there, except
+     * `serializable` ones (a hot standby refuses serializable), which stay on the primary.
+     */
+    replica: z.custom<pg.Pool>(isPool, { message: 'must be a pg.Pool' }).optional(),
+    /**
+     * After a read-write transaction commits in an async context, that context's `readOnly`
+     * transactions read the replica only once it has replayed the commit (else the primary), for at
+     * most this long. `false`: no read-your-writes. Default 5 s.
+     */
+    readYourWrites: z.union([z.literal(false), durationSchema]).default(5000),
   })
   .strict();
 

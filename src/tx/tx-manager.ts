@@ -16,6 +16,7 @@ import { HookRunner } from './hooks.js';
 import { isPool } from './is-pool.js';
 import { isResult } from './is-result.js';
 import { planScope } from './propagation.js';
+import { ReplicaRouter } from './replica-router.js';
 import { withRetry } from './retry.js';
 import { isRetryable } from './retryable.js';
 import { TransactionStatuses } from './transaction-status.js';
@@ -61,6 +62,16 @@ const RETURNED_CONFLICTS: ReadonlySet<string> = new Set([
   'DeadlockDetected',
   'ConnectionLost',
 ]);
+
+/**
+ * Is this failure of an outermost attempt retried under these settings? The retry table decides, except
+ * that a read-only refusal (25006) of a `readOnly` transaction is its own write, not a read-only server:
+ * another attempt would be refused the same way.
+ */
+function retriesFailure(failure: TxKitError, settings: TxSettings): boolean {
+  if (settings.readOnly && failure.kind === 'ReadOnlyTransaction') return false;
+  return isRetryable(failure, settings.retryOn);
+}
 
 /** Distinct per-call option sets whose parsed settings a manager keeps. */
 const SETTINGS_CACHE_SIZE = 256;
@@ -133,6 +144,10 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
   readonly pool: pg.Pool;
   /** Whether direct pool use inside a transaction throws. */
   readonly strict: boolean;
+  /** The read replica's pool `readOnly` transactions go to (the `replica` option), if any. */
+  readonly replica: pg.Pool | undefined;
+  /** Routes `readOnly` transactions to the replica, with read-your-writes (when `replica` is given). */
+  readonly #router: ReplicaRouter | undefined;
   readonly #als = new AsyncLocalStorage<TxHandle>();
   readonly #connect: () => Promise<pg.PoolClient>;
   readonly #defaults: TxOptions;
@@ -187,6 +202,17 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
     guardClientErrors(pool, hooks.reportsPoolErrors ? (error) => hooks.poolError({ error }) : undefined);
     const originalConnect = pool.connect as (this: pg.Pool) => Promise<pg.PoolClient>;
     this.#connect = () => originalConnect.call(pool);
+    const replica = parsed.data.replica;
+    this.replica = replica;
+    if (replica !== undefined) {
+      guardClientErrors(replica, hooks.reportsPoolErrors ? (error) => hooks.poolError({ error }) : undefined);
+      const originalQuery = pool.query as (this: pg.Pool, text: string) => Promise<pg.QueryResult>;
+      this.#router = new ReplicaRouter(replica, parsed.data.readYourWrites, (text) =>
+        originalQuery.call(pool, text),
+      );
+    } else {
+      this.#router = undefined;
+    }
     if (this.strict) this.#guardPool(pool);
   }
 
@@ -211,6 +237,8 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
     fn: TxCallback<R>,
     options?: TxOptions,
   ): ResultAsync<OkOf<Awaited<R>>, ErrOf<Awaited<R>> | TxError | ConstraintErrors<C>> {
+    // Synchronously, in the caller's async context: the read-your-writes session of that context.
+    this.#router?.enter();
     return new ResultAsync(this.#run(fn, options)) as ResultAsync<
       OkOf<Awaited<R>>,
       ErrOf<Awaited<R>> | TxError | ConstraintErrors<C>
@@ -474,7 +502,7 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
     const retried = await withRetry<AttemptEnd>(
       async (n) => {
         const end = await this.#attempt(fn, settings, n, independent, startedAt);
-        if (end.type === 'failure' && isRetryable(end.failure, settings.retryOn)) {
+        if (end.type === 'failure' && retriesFailure(end.failure, settings)) {
           return { done: false, failure: end.failure };
         }
         return { done: true, value: end };
@@ -492,6 +520,7 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
     const end = retried.value;
     switch (end.type) {
       case 'committed':
+        if (!settings.readOnly) this.#router?.wrote();
         await this.#runAfterCommit(end.afterCommit, settings.name);
         return ok(end.value);
       case 'err':
@@ -516,7 +545,7 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
       const left = Math.max(1, Math.floor(settings.deadline - (performance.now() - startedAt)));
       timeoutMs = Math.min(timeoutMs ?? left, left);
     }
-    const acquired = await acquireClient(this.pool, this.#connect, { timeoutMs, failFast: independent });
+    const acquired = await this.#acquire(settings, { timeoutMs, failFast: independent });
     if (acquired.isErr()) return { type: 'failure', failure: acquired.error };
     const client = acquired.value;
     let attempt: TxAttempt;
@@ -543,6 +572,35 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
       // Every path, a defect of ours included, gives the client back exactly once (destroyed unless idle).
       attempt.release();
     }
+  }
+
+  /**
+   * The client of an attempt: from the replica when the router sends it there (and, inside a
+   * read-your-writes window, only when that replica client has replayed the context's last write), else
+   * from the primary pool.
+   */
+  async #acquire(
+    settings: TxSettings,
+    options: { timeoutMs: number | undefined; failFast: boolean },
+  ): Promise<Result<pg.PoolClient, DatabaseFailure>> {
+    const router = this.#router;
+    if (router !== undefined) {
+      const route = await router.route(settings);
+      if (route.to === 'replica') {
+        const acquired = await acquireClient(router.pool, router.connect, options);
+        // A replica that cannot be reached: the primary serves the read (it has everything the replica has).
+        if (acquired.isErr() && acquired.error.kind !== 'ConnectionLost') return acquired;
+        if (acquired.isErr()) return acquireClient(this.pool, this.#connect, options);
+        if (route.lsn === undefined) return acquired;
+        const replayed = await router.replayed(acquired.value, route.lsn);
+        if (replayed === 'replayed') return acquired;
+        // Not replayed yet: the read goes to the primary, and this healthy client back to its pool.
+        acquired.value.release(
+          replayed === 'failed' ? new Error('pg-txkit: replay check failed') : undefined,
+        );
+      }
+    }
+    return acquireClient(this.pool, this.#connect, options);
   }
 
   /** Runs the outermost scope's callback and ends the attempt: COMMIT when it may, else ROLLBACK. */

@@ -163,6 +163,21 @@ describe('FaultProxy', () => {
     expect(() => proxy.latency(-1)).toThrow(RangeError);
   });
 
+  it('retarget sends new connections to the new target and leaves open ones where they are', async () => {
+    const proxy = await startProxy();
+    const other = await startProxy(); // stands for another server: it counts what reaches it
+    const before = await connect(proxy.url, 'retarget-before');
+    proxy.retarget({ host: '127.0.0.1', port: other.port });
+    expect(other.connections).toBe(0);
+    const after = await connect(proxy.url, 'retarget-after');
+    expect(other.connections).toBe(1);
+    await expect(before.query('SELECT 1 AS one')).resolves.toMatchObject({ rows: [{ one: 1 }] });
+    await expect(after.query('SELECT 2 AS two')).resolves.toMatchObject({ rows: [{ two: 2 }] });
+    expect(() => proxy.retarget('not a url')).toThrow(expect.objectContaining({ kind: 'InvalidOptions' }));
+    // @ts-expect-error port is required
+    expect(() => proxy.retarget({ host: 'x' })).toThrow(expect.objectContaining({ kind: 'InvalidOptions' }));
+  });
+
   it('rejects a bad target before listening', async () => {
     await expect(FaultProxy.start({ target: 'not a url' })).rejects.toMatchObject({ kind: 'InvalidOptions' });
     // @ts-expect-error port is required

@@ -27,7 +27,7 @@ describe('classify', () => {
 
   it('keeps the SQLSTATE table consistent with the one retry table', () => {
     const retried = SQLSTATE.filter((e) => isRetryable(classify(serverError(e.code)))).map((e) => e.code);
-    expect(retried).toEqual(expect.arrayContaining(['40001', '40P01', '55P03', '57P01']));
+    expect(retried).toEqual(expect.arrayContaining(['40001', '40P01', '55P03', '57P01', '25006']));
     for (const code of ['40003', '23505', '23P01', '23503', '23514', '23502', '57014', '25P03']) {
       expect(retried).not.toContain(code);
     }

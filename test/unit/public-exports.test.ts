@@ -40,6 +40,7 @@ const EXPECTED = {
     'QueueWorker',
     'RETRYABLE_KINDS',
     'RETRY_MODES',
+    'ReadOnlyTransaction',
     'RetriesExhausted',
     'SINGLE_RUN_TABLE',
     'SQLSTATE',
