@@ -78,6 +78,7 @@ const EXPECTED = {
     'queuedBehind',
     'redactQuery',
     'safeDdl',
+    'scheduledTick',
     'singleRun',
     'singleRunTableSql',
     'terminateBackend',

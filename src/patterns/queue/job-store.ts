@@ -3,6 +3,7 @@ import type { DatabaseFailure, InvalidOptions } from '../../errors/errors.js';
 import type { Db, Tx } from '../../tx/types.js';
 import type { Job, JobLease, JobState } from './job.js';
 import type { PayloadSchema } from './payload-schema.js';
+import type { SchedulePassResult } from './schedule-pass.js';
 import type { InvalidLease } from './split-leases.js';
 
 /** Task name → schema of its payload (zod from the user's copy, or any Standard Schema). */
@@ -91,4 +92,13 @@ export interface JobStore {
   reap(): ResultAsync<ReapResult, InvalidOptions | DatabaseFailure>;
   /** The fenced completion of `job` on `db` (a transaction); driver errors propagate. */
   completeWithin(db: Db, job: JobLease): Promise<boolean>;
+  /** Task → capabilities a worker needs to claim it. */
+  readonly requires: Readonly<Record<string, readonly string[]>>;
+  /** The schedules this process declares. */
+  readonly declaredSchedules: readonly unknown[];
+  /** One scheduler pass. */
+  fireSchedules(options: {
+    declare: boolean;
+    liveness: number;
+  }): ResultAsync<SchedulePassResult, InvalidOptions | DatabaseFailure>;
 }

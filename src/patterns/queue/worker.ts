@@ -3,11 +3,13 @@ import type { Job } from './job.js';
 import { JobListener } from './job-listener.js';
 import type { JobStore, TaskMap } from './job-store.js';
 import { parseOptions } from './queue-options.js';
+import { ScheduleLoop } from './schedule-loop.js';
 import { SettleBatcher } from './settle-batcher.js';
 import { Wakeup } from './wakeup.js';
 import {
   type JobHandler,
   type JobOutcome,
+  type SkippedTask,
   type WorkerCounters,
   type WorkerPhase,
   type WorkHandlers,
@@ -41,6 +43,8 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
   readonly #batcher: SettleBatcher;
   readonly #runner: HandlerRunner;
   readonly #listener: JobListener | undefined;
+  readonly #skipped: readonly SkippedTask[];
+  readonly #scheduler: ScheduleLoop | undefined;
   readonly #counters = {
     started: 0,
     completed: 0,
@@ -69,7 +73,20 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
     this.#leaseMs = this.#o.lease ?? store.leaseMs;
     this.#prefetch = this.#o.prefetch === 'auto' ? 0 : this.#o.prefetch;
     const byTask = handlers as Readonly<Record<string, JobHandler<unknown> | undefined>>;
-    this.#tasks = Object.keys(byTask).filter((t) => typeof byTask[t] === 'function');
+    // A task whose `requires` this worker lacks is not claimed at all (the claim filters by task): a
+    // process without the publishing credential once took the day's job and then could not publish.
+    const have = new Set(this.#o.capabilities);
+    const skipped: SkippedTask[] = [];
+    this.#tasks = [];
+    for (const task of Object.keys(byTask).filter((t) => typeof byTask[t] === 'function')) {
+      const missing = (Object.hasOwn(store.requires, task) ? (store.requires[task] ?? []) : []).filter(
+        (c) => !have.has(c),
+      );
+      if (missing.length > 0) skipped.push({ task, missing });
+      else this.#tasks.push(task);
+    }
+    this.#skipped = Object.freeze(skipped);
+    if (skipped.length > 0) this.#hook(() => this.#o.hooks?.onTasksSkipped?.(this.#skipped));
     this.#batcher = new SettleBatcher(store, {
       enabled: this.#o.batchSettles,
       delayMs: this.#o.settleDelay,
@@ -95,7 +112,20 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
     this.done = new Promise<void>((resolve) => {
       this.#resolveDone = resolve;
     });
-    if (this.#tasks.length === 0) {
+    // The scheduler runs whatever this worker can claim (firing enqueues; claiming is what requires
+    // capabilities), and on a worker without claimable tasks when the queue declares schedules.
+    if (this.#o.schedules && (this.#tasks.length > 0 || store.declaredSchedules.length > 0)) {
+      this.#scheduler = new ScheduleLoop({
+        pass: (o) => store.fireSchedules(o),
+        intervalMs: this.#o.scheduleInterval,
+        livenessMs: this.#o.scheduleLiveness,
+        onPass: (r) => {
+          for (const f of r.fired) this.#hook(() => this.#o.hooks?.onScheduleFired?.(f));
+        },
+        onError: (e) => this.#error(e, 'schedule'),
+      });
+    }
+    if (this.#tasks.length === 0 && this.#scheduler === undefined) {
       this.#stopping = true;
       this.#stopPromise = Promise.resolve();
       this.#resolveDone();
@@ -107,6 +137,8 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
       return;
     }
     signal?.addEventListener('abort', () => void this.stop(), { once: true });
+    this.#scheduler?.start();
+    if (this.#tasks.length === 0) return; // a scheduler only
     if (this.#o.listen) {
       this.#listener = new JobListener({
         connection: store.pool.options,
@@ -141,6 +173,11 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
     return this.#listener?.listening ?? false;
   }
 
+  /** Tasks with a handler that this worker does not claim, and the capabilities each lacks. */
+  get skippedTasks(): readonly SkippedTask[] {
+    return this.#skipped;
+  }
+
   /** Counters so far (a snapshot). */
   get counters(): WorkerCounters {
     return { ...this.#counters };
@@ -165,6 +202,7 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
     this.#slot.wake();
     for (const t of this.#timers) clearInterval(t);
     try {
+      await this.#scheduler?.stop();
       const deadline = Date.now() + this.#o.graceMs;
       // A claim waiting for a pool slot (every client held by the user) must not hold stop() forever:
       // wait for it up to graceMs; if it lands later, the loop gives its jobs back itself.
@@ -193,6 +231,15 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
     } finally {
       clearInterval(this.#heartbeatTimer);
       await this.#listener?.stop();
+    }
+  }
+
+  /** Runs a user hook; one that throws is reported (phase 'hook') and does not break the worker. */
+  #hook(call: () => void): void {
+    try {
+      call();
+    } catch (e) {
+      this.#error(e, 'hook');
     }
   }
 
