@@ -59,6 +59,13 @@ describe('schedule ticks: cron in a time zone, across daylight-saving changes', 
     expect(got).toEqual(['2026-03-07T11:00:00.000Z', '2026-03-08T10:00:00.000Z', '2026-03-09T10:00:00.000Z']);
   });
 
+  it('an hourly cron in Paris: 23 ticks on the spring-forward day, 24 on the fall-back day (each wall-clock hour once)', () => {
+    const hourly = { cron: '0 * * * *', tz: 'Europe/Paris', task: 'ping' } as const;
+    // Paris days in UTC: 29 March 2026 is 23 h long (23:00Z → 22:00Z), 25 October 25 h (22:00Z → 23:00Z).
+    expect(ticks(hourly, '2026-03-28T23:00:00Z', '2026-03-29T22:00:00Z')).toHaveLength(23);
+    expect(ticks(hourly, '2026-10-24T22:00:00Z', '2026-10-25T23:00:00Z')).toHaveLength(24);
+  });
+
   it('an interval ticks at multiples of itself since the epoch (every replica computes the same instants)', () => {
     expect(ticks({ every: '15m', task: 'ping' }, '2026-01-01T00:07:00Z', '2026-01-01T01:00:00Z')).toEqual([
       '2026-01-01T00:15:00.000Z',
