@@ -201,8 +201,9 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
     this.#wake.wake();
     this.#slot.wake();
     for (const t of this.#timers) clearInterval(t);
+    // A scheduler pass waiting for a pool client must not hold stop() either: raced with the grace below.
+    const schedulerStopped = this.#scheduler?.stop() ?? Promise.resolve();
     try {
-      await this.#scheduler?.stop();
       const deadline = Date.now() + this.#o.graceMs;
       // A claim waiting for a pool slot (every client held by the user) must not hold stop() forever:
       // wait for it up to graceMs; if it lands later, the loop gives its jobs back itself.
@@ -210,7 +211,7 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
       const grace = new Promise<void>((resolve) => {
         graceTimer = setTimeout(resolve, this.#o.graceMs);
       });
-      await Promise.race([this.#loopDone, grace]);
+      await Promise.race([Promise.all([this.#loopDone, schedulerStopped]), grace]);
       clearTimeout(graceTimer);
       // Claimed but never started: give them back now.
       const buffered = this.#buffer.splice(0).map((b) => b.job);
