@@ -5,9 +5,12 @@ import { Queue, type ScheduleDefinition, scheduledTick } from '../../src/pattern
 import { TxManager } from '../../src/tx/tx-manager.js';
 import { eventually } from '../fixtures/queue-helpers.js';
 import { type Replica, replica, serverHour, setNextRun } from '../fixtures/schedule-helpers.js';
-import { useTestDatabase } from '../helpers.js';
+import { useTestDatabase, viaPgBouncer } from '../helpers.js';
 
-const { pool, url } = await useTestDatabase({ max: 10 });
+const { pool, pooledUrl: url } = await useTestDatabase({ max: 10 });
+// Through PgBouncer in transaction mode (the pgbouncer project) the replicas go through the pooler too;
+// LISTEN needs a session of its own there, so their workers poll.
+const listen = viaPgBouncer() === undefined;
 const tm = new TxManager(pool);
 const tasks = { ping: z.object({ v: z.number().default(1) }), publish: z.object({ post: z.number() }) };
 type Tasks = typeof tasks;
@@ -85,7 +88,11 @@ describe('schedules: each tick fires exactly once across replicas', () => {
             ran.push({ tick: scheduledTick(job)?.toISOString() ?? '?', by: i });
           },
         },
-        { scheduleInterval: 20, hooks: { onScheduleFired: (f) => f.jobId !== null && firedBy.push(i) } },
+        {
+          listen,
+          scheduleInterval: 20,
+          hooks: { onScheduleFired: (f) => f.jobId !== null && firedBy.push(i) },
+        },
       ),
     );
     await eventually(() => firedBy.length >= 2, 10_000);
@@ -232,7 +239,7 @@ describe('worker requirements', () => {
         ping: async () => void pinged.push('laptop'),
         publish: async () => void published.push('laptop'),
       },
-      { scheduleInterval: 20, hooks: { onTasksSkipped: (s) => skippedSeen.push(s) } },
+      { listen, scheduleInterval: 20, hooks: { onTasksSkipped: (s) => skippedSeen.push(s) } },
     );
     expect(lw.skippedTasks).toEqual([{ task: 'publish', missing: ['publish-token'] }]);
     expect(skippedSeen).toEqual([[{ task: 'publish', missing: ['publish-token'] }]]);
@@ -242,7 +249,7 @@ describe('worker requirements', () => {
     expect(pending.rows).toEqual([{ state: 'pending' }]);
     const sw = server.queue.work(
       { publish: async () => void published.push('server') },
-      { capabilities: ['publish-token'], schedules: false },
+      { listen, capabilities: ['publish-token'], schedules: false },
     );
     expect(sw.skippedTasks).toEqual([]);
     await eventually(() => published.length === 1);
@@ -259,7 +266,7 @@ describe('worker requirements', () => {
       requires: { publish: ['publish-token'] },
     });
     replicas.push(r);
-    const w = r.queue.work({ publish: async () => {} }, { scheduleInterval: 20 });
+    const w = r.queue.work({ publish: async () => {} }, { listen, scheduleInterval: 20 });
     await eventually(async () => (await jobKeys(schema)).length >= 1, 10_000);
     await w.stop();
     expect(w.counters.started).toBe(0);
