@@ -1,4 +1,4 @@
-import type { ResultAsync } from 'neverthrow';
+import { err, type Result, type ResultAsync } from 'neverthrow';
 import type { DatabaseFailure, InvalidOptions } from '../../errors/errors.js';
 import type { SchedulePassResult } from './schedule-pass.js';
 import { Wakeup } from './wakeup.js';
@@ -54,7 +54,13 @@ export class ScheduleLoop {
     let failures = 0;
     while (!this.#stopping) {
       const declare = Date.now() - lastDeclare >= this.#o.livenessMs / 3;
-      const r = await this.#o.pass({ declare, liveness: this.#o.livenessMs });
+      // A defect in a pass (it rejects) is reported like a failure: the loop goes on, the next pass retries.
+      let r: Result<SchedulePassResult, unknown>;
+      try {
+        r = await this.#o.pass({ declare, liveness: this.#o.livenessMs });
+      } catch (defect) {
+        r = err(defect);
+      }
       if (r.isOk()) {
         failures = 0;
         if (declare) lastDeclare = Date.now();

@@ -141,12 +141,11 @@ async function pass(
       if (!unreadable.includes(row.name)) unreadable.push(row.name);
       continue;
     }
-    const from = row.last_tick !== null && row.last_tick.getTime() > now.getTime() ? row.last_tick : now;
     await client.query(sql.redefine, [
       row.name,
       winner.hash,
       JSON.stringify(definition),
-      nextTick(definition, from),
+      nextTick(definition, now),
     ]);
     redefined.push(row.name);
   }

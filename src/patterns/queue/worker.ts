@@ -121,6 +121,13 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
         livenessMs: this.#o.scheduleLiveness,
         onPass: (r) => {
           for (const f of r.fired) this.#hook(() => this.#o.hooks?.onScheduleFired?.(f));
+          if (r.unreadable.length > 0) {
+            const names = r.unreadable.join(', ');
+            this.#error(
+              new Error(`schedules stored by a newer version, not fired here: ${names}`),
+              'schedule',
+            );
+          }
         },
         onError: (e) => this.#error(e, 'schedule'),
       });
