@@ -84,6 +84,7 @@ const EXPECTED = {
     'queuedBehind',
     'redactQuery',
     'safeDdl',
+    'scheduledTick',
     'singleRun',
     'singleRunTableSql',
     'terminateBackend',

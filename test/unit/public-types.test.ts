@@ -87,6 +87,26 @@ describe('queue payload types come from the task schemas', () => {
         .toEqualTypeOf<number>();
     }));
 
+  it("a schedule names one of the queue's tasks, and requires names tasks too", () =>
+    typesOnly(() => {
+      new Queue({
+        pool,
+        txManager: tm,
+        tasks,
+        schedules: {
+          nightly: { cron: '0 3 * * *', tz: 'Europe/Paris', task: 'email', missed: { catchUp: 2 } },
+        },
+        requires: { email: ['smtp'] },
+      });
+      // @ts-expect-error: no such task
+      new Queue({ pool, txManager: tm, tasks, schedules: { nightly: { every: '1h', task: 'sms' } } });
+      // @ts-expect-error: requires of an unknown task
+      new Queue({ pool, txManager: tm, tasks, requires: { sms: ['x'] } });
+      expectTypeOf<ErrKinds<ReturnType<typeof queue.fireSchedules>>>().toEqualTypeOf<
+        'InvalidOptions' | DbKinds
+      >();
+    }));
+
   it('error kinds of the queue operations', () =>
     typesOnly(() => {
       expectTypeOf<ErrKinds<ReturnType<typeof queue.enqueue>>>().toEqualTypeOf<

@@ -25,11 +25,15 @@ export {
   type SettleError,
   type TaskMap,
 } from './queue.js';
+export type { MissedPolicy, ScheduleDefinition, StoredSchedule } from './schedule-options.js';
+export type { DeclaredSchedule, ScheduleFiring, SchedulePassResult } from './schedule-pass.js';
+export { type FireSchedulesOptions, type ScheduleState, scheduledTick } from './schedule-state.js';
 export type {
   JobContext,
   JobEndEvent,
   JobHandler,
   JobOutcome,
+  SkippedTask,
   WorkerCounters,
   WorkerHooks,
   WorkerPhase,

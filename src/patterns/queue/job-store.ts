@@ -5,6 +5,7 @@ import type { Db, Tx } from '../../tx/types.js';
 import type { Job, JobLease, JobState } from './job.js';
 import type { PayloadSchema } from './payload-schema.js';
 import type { pruneOptionsSchema } from './queue-options.js';
+import type { SchedulePassResult } from './schedule-pass.js';
 import type { InvalidLease } from './split-leases.js';
 
 /** Options of a prune (`queue.prune`). */
@@ -102,4 +103,13 @@ export interface JobStore {
   prune(options: PruneInput): ResultAsync<unknown, InvalidOptions | DatabaseFailure>;
   /** The fenced completion of `job` on `db` (a transaction); driver errors propagate. */
   completeWithin(db: Db, job: JobLease): Promise<boolean>;
+  /** Task → capabilities a worker needs to claim it. */
+  readonly requires: Readonly<Record<string, readonly string[]>>;
+  /** The schedules this process declares. */
+  readonly declaredSchedules: readonly unknown[];
+  /** One scheduler pass. */
+  fireSchedules(options: {
+    declare: boolean;
+    liveness: number;
+  }): ResultAsync<SchedulePassResult, InvalidOptions | DatabaseFailure>;
 }

@@ -3,9 +3,11 @@ import pg from 'pg';
 import { classify } from '../../errors/classify.js';
 import { DbError, type TxKitError } from '../../errors/errors.js';
 import { advisoryKey } from '../advisory/advisory-key.js';
+import { inClientTransaction } from './in-client-transaction.js';
 import { claimFunctionMigration } from './migrations/claim-function-migration.js';
 import { jobControlMigration } from './migrations/job-control-migration.js';
 import { jobsMigration } from './migrations/jobs-migration.js';
+import { schedulesMigration } from './migrations/schedules-migration.js';
 
 /** What {@link migrateQueue} did. */
 export interface MigrateResult {
@@ -28,7 +30,12 @@ interface Migration {
  * ENOENT once bundled). Versions need not be contiguous: each one missing from the migrations table is
  * applied, in this order (a schema at [1, 2, 6] gets 3, 4, 5 when they are added).
  */
-const MIGRATIONS: readonly Migration[] = [jobsMigration, claimFunctionMigration, jobControlMigration];
+const MIGRATIONS: readonly Migration[] = [
+  jobsMigration,
+  claimFunctionMigration,
+  schedulesMigration,
+  jobControlMigration,
+];
 
 /** Stable signed 64-bit advisory key for a schema's migrations (`advisoryKey`: sha-256, not hashtext). */
 export function migrationLockKey(schema: string): string {
@@ -69,13 +76,10 @@ function toError(e: unknown): TxKitError {
 export function migrateQueue(pool: pg.Pool, schema: string): ResultAsync<MigrateResult, TxKitError> {
   const s = pg.escapeIdentifier(schema);
   const channel = pg.escapeLiteral(notifyChannel(schema));
-  const run = async (): Promise<MigrateResult> => {
-    const client = await pool.connect();
-    let broken: Error | undefined;
-    try {
+  const run = (): Promise<MigrateResult> =>
+    inClientTransaction(pool, async (client) => {
       // Transaction-scoped advisory lock: held until COMMIT/ROLLBACK, released by the server if the
       // connection dies. It serializes concurrent migrate() calls for this schema only.
-      await client.query('BEGIN');
       await client.query('SELECT pg_advisory_xact_lock($1::bigint)', [migrationLockKey(schema)]);
       // DDL below takes ACCESS EXCLUSIVE on new objects only (nobody else can see them yet).
       await client.query(`CREATE SCHEMA IF NOT EXISTS ${s}`);
@@ -96,18 +100,8 @@ export function migrateQueue(pool: pg.Pool, schema: string): ResultAsync<Migrate
         ]);
         applied.push(m.version);
       }
-      await client.query('COMMIT');
       const version = Math.max(0, ...have, ...applied);
       return { applied, version };
-    } catch (e) {
-      // A failed ROLLBACK means the connection is gone: destroy the client instead of pooling it.
-      await client.query('ROLLBACK').catch((rollbackError: unknown) => {
-        broken = rollbackError instanceof Error ? rollbackError : new Error(String(rollbackError));
-      });
-      throw e;
-    } finally {
-      client.release(broken);
-    }
-  };
+    });
   return ResultAsync.fromPromise(run(), toError);
 }

@@ -20,6 +20,9 @@ const NO_NUL = 'must not contain NUL (U+0000): PostgreSQL text cannot store it';
 /** A task name as stored in the jobs table. */
 const taskName = z.string().min(1).refine(storable, NO_NUL);
 
+/** A capability a task requires and a worker declares ('publish-token'). */
+export const capabilityName = z.string().min(1).max(200).refine(storable, NO_NUL);
+
 /** A duration as accepted by the queue's options. */
 export type Duration = z.input<typeof durationSchema>;
 
@@ -60,6 +63,13 @@ export const queueOptionsSchema = z.strictObject({
   backoff: backoffSchema.default({ baseMs: 1000, capMs: 3_600_000 }),
   /** Default lease of a claim. */
   lease: durationSchema.default(30_000),
+  /** Recurring schedules: name → definition (validated by `declareSchedules` in the constructor). */
+  schedules: z.record(z.string(), z.unknown()).optional(),
+  /**
+   * Task name → what a worker must have to claim its jobs: capability names the worker declares in
+   * `work(…, { capabilities })`. A worker lacking one does not claim the task (and reports it).
+   */
+  requires: z.record(taskName, z.array(capabilityName).max(100)).default({}),
 });
 
 /**

@@ -38,6 +38,20 @@ import {
   redriveOptionsSchema,
 } from './queue-options.js';
 import { type QueueStatements, queueStatements } from './queue-sql.js';
+import { declareSchedules, type ScheduleDefinition } from './schedule-options.js';
+import {
+  type DeclaredSchedule,
+  runSchedulePass,
+  type ScheduleContext,
+  type SchedulePassResult,
+} from './schedule-pass.js';
+import { scheduleStatements } from './schedule-sql.js';
+import {
+  type FireSchedulesOptions,
+  fireSchedulesOptionsSchema,
+  type ScheduleState,
+  scheduleStates,
+} from './schedule-state.js';
 import { invalidLease, isJobId, leaseArrays, splitLeases } from './split-leases.js';
 import { storableJson } from './storable-json.js';
 import type { WorkHandlers, WorkOptionsInput } from './work-options.js';
@@ -48,10 +62,24 @@ export type { CompleteManyResult, FailItem, FailResult, QueueTxManager, ReapResu
 /** Options of {@link Queue} (see `queueOptionsSchema` for every field). */
 export type QueueOptions<T extends TaskMap> = Omit<
   z.input<typeof queueOptionsSchema>,
-  'tasks' | 'txManager'
+  'tasks' | 'txManager' | 'schedules' | 'requires'
 > & {
   readonly tasks: T;
   readonly txManager: QueueTxManager;
+  /**
+   * Recurring schedules, each tick enqueued exactly once across replicas (see docs/queue.md, Schedules).
+   *
+   * @example
+   * schedules: { 'daily-post': { cron: '0 6 * * *', tz: 'Europe/Paris', task: 'generate-post', missed: 'once' } }
+   */
+  readonly schedules?: { readonly [name: string]: ScheduleDefinition<keyof T & string> };
+  /**
+   * Task → capabilities a worker must declare (`work(…, { capabilities })`) to claim it.
+   *
+   * @example
+   * requires: { publish: ['publish-token'] }
+   */
+  readonly requires?: { readonly [K in keyof T]?: readonly string[] };
 };
 /** Options of {@link Queue.enqueue}. */
 export type EnqueueOptions = z.input<typeof enqueueOptionsSchema>;
@@ -208,6 +236,9 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
   readonly #sql: QueueStatements;
   readonly #maxAttempts: number;
   readonly #backoff: { readonly baseMs: number; readonly capMs: number };
+  readonly #schedules: ScheduleContext;
+  /** Task → capabilities a worker needs to claim it (`requires`). */
+  readonly requires: Readonly<Record<string, readonly string[]>>;
 
   /**
    * Creates a queue handle (sends nothing to the database; call {@link Queue.migrate} once at start-up).
@@ -238,6 +269,62 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
       channel: this.channel,
       cancelChannel: this.cancelChannel,
     });
+    const unknownRequired = Object.keys(o.requires).filter((t) => !Object.hasOwn(options.tasks, t));
+    if (unknownRequired.length > 0) {
+      throw new InvalidOptions(
+        unknownRequired.map((t) => ({
+          path: ['requires', t],
+          message: `'${t}' is not one of the queue's tasks`,
+        })),
+      );
+    }
+    this.requires = Object.freeze({ ...o.requires });
+    const declared = declareSchedules(options.schedules, options.tasks);
+    if (declared.isErr()) throw declared.error;
+    this.#schedules = {
+      pool: o.pool,
+      sql: scheduleStatements(o.schema),
+      declared: declared.value,
+      maxAttempts: o.maxAttempts,
+      backoff: o.backoff,
+    };
+  }
+
+  /** The schedules this queue declares (validated, with their definition hashes). */
+  get declaredSchedules(): readonly DeclaredSchedule[] {
+    return this.#schedules.declared;
+  }
+
+  /**
+   * One scheduler pass (what every worker runs each `scheduleInterval`): fires every due tick exactly
+   * once across replicas — the tick's job (key `schedule:<name>:<tick ISO>`) is inserted in the
+   * transaction that moves the schedule's persisted `next_run_at` past it, under the schedule row's
+   * `FOR UPDATE SKIP LOCKED` lock. With `declare` (default true) it first records this process's schedule
+   * definitions as live and brings each stored schedule to the definition in force: the newest deploy
+   * that a replica seen within `liveness` (default 1 minute) still declares; a schedule none declares is
+   * disabled.
+   *
+   * @example
+   * const pass = await queue.fireSchedules();
+   * if (pass.isOk()) for (const f of pass.value.fired) console.log(f.schedule, f.tick, f.jobId);
+   */
+  fireSchedules(
+    options: FireSchedulesOptions = {},
+  ): ResultAsync<SchedulePassResult, InvalidOptions | DatabaseFailure> {
+    const parsed = parseOptions(fireSchedulesOptionsSchema, options);
+    if (parsed.isErr()) return errAsync(parsed.error);
+    return runSchedulePass(this.#schedules, parsed.value);
+  }
+
+  /**
+   * The stored schedules: definition in force, enabled, next run, last tick, ticks fired and skipped.
+   *
+   * @example
+   * const list = await queue.listSchedules();
+   * if (list.isOk()) console.log(list.value.map((s) => [s.name, s.nextRunAt]));
+   */
+  listSchedules(): ResultAsync<ScheduleState[], DatabaseFailure> {
+    return scheduleStates(this.pool, this.#schedules.sql);
   }
 
   /**

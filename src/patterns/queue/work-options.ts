@@ -5,7 +5,8 @@ import type { Tx } from '../../tx/types.js';
 import type { Job } from './job.js';
 import type { TaskMap } from './job-store.js';
 import type { PayloadOutput } from './payload-schema.js';
-import { durationSchema, pruneFieldsSchema, SOME_RETENTION } from './queue-options.js';
+import { capabilityName, durationSchema, pruneFieldsSchema, SOME_RETENTION } from './queue-options.js';
+import type { ScheduleFiring } from './schedule-pass.js';
 
 /** What a handler gets besides its job. */
 export interface JobContext {
@@ -82,7 +83,15 @@ export type WorkerPhase =
   | 'listen'
   | 'release'
   | 'hook'
+  | 'schedule'
   | 'worker';
+
+/** A task this worker has a handler for but does not claim: it lacks capabilities the task requires. */
+export interface SkippedTask {
+  readonly task: string;
+  /** The capabilities the task requires (`requires`) that the worker did not declare (`capabilities`). */
+  readonly missing: readonly string[];
+}
 
 /** Observability hooks. Errors thrown by hooks are caught (and reported to onError once). */
 export interface WorkerHooks {
@@ -92,6 +101,10 @@ export interface WorkerHooks {
   onJobStart?(job: Job): void;
   /** A job's run ended. */
   onJobEnd?(event: JobEndEvent): void;
+  /** Once, at start: tasks this worker will not claim, and the capabilities each lacks. */
+  onTasksSkipped?(skipped: readonly SkippedTask[]): void;
+  /** This worker's scheduler enqueued a tick's job (or found a live job with its key: jobId null). */
+  onScheduleFired?(firing: ScheduleFiring): void;
 }
 
 /** Options of `queue.work()` (validated; the type comes from this schema). */
@@ -146,6 +159,22 @@ export const workOptionsSchema = z.strictObject({
     .extend({ every: durationSchema.refine((ms) => ms >= 1000, 'at least 1s').default(600_000) })
     .refine(...SOME_RETENTION)
     .optional(),
+  /**
+   * What this worker has, for tasks that declare `requires` on the queue: a task requiring a capability
+   * not listed here is not claimed (reported by `skippedTasks` and `onTasksSkipped`).
+   * E.g. `capabilities: process.env.PUBLISH_TOKEN ? ['publish-token'] : []`.
+   */
+  capabilities: z.array(capabilityName).max(1000).default([]),
+  /**
+   * Run the queue's scheduler in this worker (default true): fire due schedule ticks every
+   * `scheduleInterval`, refresh this process's schedule declarations every `scheduleLiveness / 3`.
+   * Every replica may run it: each tick is enqueued once. It does not depend on the capabilities.
+   */
+  schedules: z.boolean().default(true),
+  /** How often the scheduler looks for due ticks (default 1 s). */
+  scheduleInterval: durationSchema.pipe(z.number().min(10, 'at least 10 ms')).default(1000),
+  /** A schedule declaration not refreshed for this long is no longer live (default 1 minute). */
+  scheduleLiveness: durationSchema.pipe(z.number().min(30, 'at least 30 ms')).default(60_000),
   /** Hooks for errors and job events. */
   hooks: z
     .custom<WorkerHooks>((v) => typeof v === 'object' && v !== null, 'an object of hook functions')

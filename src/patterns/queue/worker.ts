@@ -3,11 +3,13 @@ import type { Job } from './job.js';
 import { JobListener } from './job-listener.js';
 import type { JobStore, TaskMap } from './job-store.js';
 import { parseOptions } from './queue-options.js';
+import { ScheduleLoop } from './schedule-loop.js';
 import { SettleBatcher } from './settle-batcher.js';
 import { Wakeup } from './wakeup.js';
 import {
   type JobHandler,
   type JobOutcome,
+  type SkippedTask,
   type WorkerCounters,
   type WorkerPhase,
   type WorkHandlers,
@@ -41,6 +43,8 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
   readonly #batcher: SettleBatcher;
   readonly #runner: HandlerRunner;
   readonly #listener: JobListener | undefined;
+  readonly #skipped: readonly SkippedTask[];
+  readonly #scheduler: ScheduleLoop | undefined;
   readonly #counters = {
     started: 0,
     completed: 0,
@@ -70,7 +74,20 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
     this.#leaseMs = this.#o.lease ?? store.leaseMs;
     this.#prefetch = this.#o.prefetch === 'auto' ? 0 : this.#o.prefetch;
     const byTask = handlers as Readonly<Record<string, JobHandler<unknown> | undefined>>;
-    this.#tasks = Object.keys(byTask).filter((t) => typeof byTask[t] === 'function');
+    // A task whose `requires` this worker lacks is not claimed at all (the claim filters by task): a
+    // process without the publishing credential once took the day's job and then could not publish.
+    const have = new Set(this.#o.capabilities);
+    const skipped: SkippedTask[] = [];
+    this.#tasks = [];
+    for (const task of Object.keys(byTask).filter((t) => typeof byTask[t] === 'function')) {
+      const missing = (Object.hasOwn(store.requires, task) ? (store.requires[task] ?? []) : []).filter(
+        (c) => !have.has(c),
+      );
+      if (missing.length > 0) skipped.push({ task, missing });
+      else this.#tasks.push(task);
+    }
+    this.#skipped = Object.freeze(skipped);
+    if (skipped.length > 0) this.#hook(() => this.#o.hooks?.onTasksSkipped?.(this.#skipped));
     this.#batcher = new SettleBatcher(store, {
       enabled: this.#o.batchSettles,
       delayMs: this.#o.settleDelay,
@@ -97,7 +114,27 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
     this.done = new Promise<void>((resolve) => {
       this.#resolveDone = resolve;
     });
-    if (this.#tasks.length === 0) {
+    // The scheduler runs whatever this worker can claim (firing enqueues; claiming is what requires
+    // capabilities), and on a worker without claimable tasks when the queue declares schedules.
+    if (this.#o.schedules && (this.#tasks.length > 0 || store.declaredSchedules.length > 0)) {
+      this.#scheduler = new ScheduleLoop({
+        pass: (o) => store.fireSchedules(o),
+        intervalMs: this.#o.scheduleInterval,
+        livenessMs: this.#o.scheduleLiveness,
+        onPass: (r) => {
+          for (const f of r.fired) this.#hook(() => this.#o.hooks?.onScheduleFired?.(f));
+          if (r.unreadable.length > 0) {
+            const names = r.unreadable.join(', ');
+            this.#error(
+              new Error(`schedules stored by a newer version, not fired here: ${names}`),
+              'schedule',
+            );
+          }
+        },
+        onError: (e) => this.#error(e, 'schedule'),
+      });
+    }
+    if (this.#tasks.length === 0 && this.#scheduler === undefined) {
       this.#stopping = true;
       this.#stopPromise = Promise.resolve();
       this.#resolveDone();
@@ -109,6 +146,8 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
       return;
     }
     signal?.addEventListener('abort', () => void this.stop(), { once: true });
+    this.#scheduler?.start();
+    if (this.#tasks.length === 0) return; // a scheduler only
     if (this.#o.listen) {
       this.#listener = new JobListener({
         connection: store.pool.options,
@@ -148,6 +187,11 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
     return this.#listener?.listening ?? false;
   }
 
+  /** Tasks with a handler that this worker does not claim, and the capabilities each lacks. */
+  get skippedTasks(): readonly SkippedTask[] {
+    return this.#skipped;
+  }
+
   /** Counters so far (a snapshot). */
   get counters(): WorkerCounters {
     return { ...this.#counters };
@@ -171,6 +215,8 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
     this.#wake.wake();
     this.#slot.wake();
     for (const t of this.#timers) clearInterval(t);
+    // A scheduler pass waiting for a pool client must not hold stop() either: raced with the grace below.
+    const schedulerStopped = this.#scheduler?.stop() ?? Promise.resolve();
     try {
       const deadline = Date.now() + this.#o.graceMs;
       // A claim waiting for a pool slot (every client held by the user) must not hold stop() forever:
@@ -179,7 +225,7 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
       const grace = new Promise<void>((resolve) => {
         graceTimer = setTimeout(resolve, this.#o.graceMs);
       });
-      await Promise.race([this.#loopDone, grace]);
+      await Promise.race([Promise.all([this.#loopDone, schedulerStopped]), grace]);
       clearTimeout(graceTimer);
       // Claimed but never started: give them back now.
       const buffered = this.#buffer.splice(0).map((b) => b.job);
@@ -200,6 +246,15 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
     } finally {
       clearInterval(this.#heartbeatTimer);
       await this.#listener?.stop();
+    }
+  }
+
+  /** Runs a user hook; one that throws is reported (phase 'hook') and does not break the worker. */
+  #hook(call: () => void): void {
+    try {
+      call();
+    } catch (e) {
+      this.#error(e, 'hook');
     }
   }
 

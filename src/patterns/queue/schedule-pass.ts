@@ -1,0 +1,182 @@
+import { ResultAsync } from 'neverthrow';
+import type pg from 'pg';
+import { classify } from '../../errors/classify.js';
+import type { DatabaseFailure } from '../../errors/errors.js';
+import { inClientTransaction } from './in-client-transaction.js';
+import { parseStoredSchedule, type StoredSchedule } from './schedule-options.js';
+import type { ScheduleRow, ScheduleStatements } from './schedule-sql.js';
+import { type DueTicks, dueTicks, nextTick } from './schedule-ticks.js';
+
+/** A schedule this process declares: its name, its definition and the definition's hash. */
+export interface DeclaredSchedule {
+  readonly name: string;
+  readonly hash: string;
+  readonly definition: StoredSchedule;
+}
+
+/** What a schedule pass needs from its queue. */
+export interface ScheduleContext {
+  readonly pool: pg.Pool;
+  readonly sql: ScheduleStatements;
+  readonly declared: readonly DeclaredSchedule[];
+  /** The queue's defaults for the jobs a tick enqueues. */
+  readonly maxAttempts: number;
+  readonly backoff: { readonly baseMs: number; readonly capMs: number };
+}
+
+/** One tick fired by a pass. */
+export interface ScheduleFiring {
+  readonly schedule: string;
+  readonly task: string;
+  /** The tick (the job's run_at, and in its key `schedule:<name>:<tick ISO>`). */
+  readonly tick: Date;
+  /** The job enqueued, or null when a live job already held the tick's key. */
+  readonly jobId: string | null;
+}
+
+/** What one pass did. */
+export interface SchedulePassResult {
+  /** Ticks fired (their jobs are committed). */
+  readonly fired: readonly ScheduleFiring[];
+  /** Due ticks skipped by their missed-tick policy. */
+  readonly skipped: number;
+  /** Schedules whose definition changed (a newer deploy's, or a first declaration). */
+  readonly redefined: readonly string[];
+  /** Schedules disabled: no live replica declares them any more. */
+  readonly disabled: readonly string[];
+  /** Schedules whose stored definition this version cannot read (a newer version's feature): left alone. */
+  readonly unreadable: readonly string[];
+}
+
+/** The key of a tick's job: `schedule:<name>:<tick ISO>`. */
+export function tickKey(schedule: string, tick: Date): string {
+  return `schedule:${schedule}:${tick.toISOString()}`;
+}
+
+/**
+ * One pass of the scheduler. With `declare`: refreshes this process's declarations, then, in one
+ * transaction, locks every schedule row no other pass holds, brings each to the definition in force (the
+ * newest deploy some live replica declares; none: disabled) and fires its due ticks. Without: locks only
+ * the due schedules and fires them. A tick's job is inserted in the same transaction that moves
+ * `next_run_at` past it, under the row's lock: exactly once across replicas.
+ */
+export function runSchedulePass(
+  ctx: ScheduleContext,
+  options: { readonly declare: boolean; readonly liveness: number },
+): ResultAsync<SchedulePassResult, DatabaseFailure> {
+  const run = async (): Promise<SchedulePassResult> => {
+    if (options.declare && ctx.declared.length > 0) {
+      await ctx.pool.query(ctx.sql.declare, [
+        ctx.declared.map((d) => d.name),
+        ctx.declared.map((d) => d.hash),
+        ctx.declared.map((d) => JSON.stringify(d.definition)),
+      ]);
+    }
+    if (!options.declare) {
+      const due = await ctx.pool.query<{ due: boolean }>(ctx.sql.anyDue);
+      if (due.rows[0]?.due !== true)
+        return { fired: [], skipped: 0, redefined: [], disabled: [], unreadable: [] };
+    }
+    return inClientTransaction(ctx.pool, (client) => pass(client, ctx, options));
+  };
+  return ResultAsync.fromPromise(run(), (e) => {
+    const failure = classify(e);
+    if (failure === undefined) throw e;
+    return failure as DatabaseFailure;
+  });
+}
+
+async function pass(
+  client: pg.PoolClient,
+  ctx: ScheduleContext,
+  options: { readonly declare: boolean; readonly liveness: number },
+): Promise<SchedulePassResult> {
+  const { sql } = ctx;
+  // now() is the transaction's start: one clock (the server's) for every replica and every statement.
+  const clock = await client.query<{ now: Date }>('SELECT now() AS now');
+  const now = clock.rows[0]?.now ?? new Date();
+  const redefined: string[] = [];
+  const disabled: string[] = [];
+  const unreadable: string[] = [];
+  let rows: ScheduleRow[];
+  let winners = new Map<string, { hash: string; definition: unknown }>();
+  if (options.declare) {
+    await client.query(sql.placeholders, [options.liveness]);
+    rows = (await client.query<ScheduleRow>(sql.lockAll)).rows;
+    const found = await client.query<{ name: string; hash: string; definition: unknown }>(sql.winners, [
+      options.liveness,
+      rows.map((r) => r.name),
+    ]);
+    winners = new Map(found.rows.map((w) => [w.name, w]));
+  } else {
+    rows = (await client.query<ScheduleRow>(sql.lockDue)).rows;
+  }
+  const fired: ScheduleFiring[] = [];
+  let skipped = 0;
+  for (const row of rows) {
+    // First the ticks already due under the definition stored so far, then (when declaring) the switch
+    // to the definition in force, from now on: a redefinition never fires a tick twice nor back-fills.
+    const stored = parseStoredSchedule(row.definition);
+    if (row.enabled && row.next_run_at !== null && row.next_run_at.getTime() <= now.getTime()) {
+      if (stored === undefined) unreadable.push(row.name);
+      else {
+        const due = dueTicks(stored, row.next_run_at, now);
+        fired.push(...(await fire(client, ctx, row.name, stored, due)));
+        skipped += due.skipped;
+        row.last_tick = due.latest ?? row.last_tick;
+      }
+    }
+    if (!options.declare) continue;
+    const winner = winners.get(row.name);
+    if (winner === undefined) {
+      if (row.enabled) {
+        await client.query(sql.disable, [row.name]);
+        disabled.push(row.name);
+      }
+      continue;
+    }
+    if (winner.hash === row.hash && row.enabled) continue;
+    const definition = parseStoredSchedule(winner.definition);
+    if (definition === undefined) {
+      if (!unreadable.includes(row.name)) unreadable.push(row.name);
+      continue;
+    }
+    await client.query(sql.redefine, [
+      row.name,
+      winner.hash,
+      JSON.stringify(definition),
+      nextTick(definition, now),
+    ]);
+    redefined.push(row.name);
+  }
+  return { fired, skipped, redefined, disabled, unreadable };
+}
+
+/** Inserts the jobs of `due.fire` and moves the schedule past every due tick (its row is locked). */
+async function fire(
+  client: pg.PoolClient,
+  ctx: ScheduleContext,
+  name: string,
+  definition: StoredSchedule,
+  due: DueTicks,
+): Promise<ScheduleFiring[]> {
+  const keys = due.fire.map((t) => tickKey(name, t));
+  const inserted = await client.query<{ id: string; key: string }>(ctx.sql.insertTicks, [
+    definition.task,
+    JSON.stringify(definition.payload),
+    definition.priority,
+    definition.maxAttempts ?? ctx.maxAttempts,
+    ctx.backoff.baseMs,
+    ctx.backoff.capMs,
+    due.fire,
+    keys,
+  ]);
+  const ids = new Map(inserted.rows.map((r) => [r.key, String(r.id)]));
+  await client.query(ctx.sql.advance, [name, due.next, due.latest ?? null, due.fire.length, due.skipped]);
+  return due.fire.map((tick, i) => ({
+    schedule: name,
+    task: definition.task,
+    tick,
+    jobId: ids.get(keys[i] ?? '') ?? null,
+  }));
+}

@@ -1,0 +1,98 @@
+import pg from 'pg';
+
+/** A row of the schedules table as the pass reads it. */
+export interface ScheduleRow {
+  name: string;
+  hash: string;
+  definition: unknown;
+  enabled: boolean;
+  next_run_at: Date | null;
+  last_tick: Date | null;
+}
+
+/** Every statement a schedule pass sends, built once per schema. Each says which locks it takes and why. */
+export interface ScheduleStatements {
+  readonly declare: string;
+  readonly placeholders: string;
+  readonly lockAll: string;
+  readonly lockDue: string;
+  readonly anyDue: string;
+  readonly winners: string;
+  readonly disable: string;
+  readonly redefine: string;
+  readonly insertTicks: string;
+  readonly advance: string;
+  readonly list: string;
+}
+
+/** Builds the {@link ScheduleStatements} of a queue schema (identifiers quoted, values parameters). */
+export function scheduleStatements(schema: string): ScheduleStatements {
+  const s = pg.escapeIdentifier(schema);
+  const live = `last_declared_at > now() - $1::double precision * interval '1 millisecond'`;
+  return {
+    // Lock: ROW EXCLUSIVE on schedule_declarations; ON CONFLICT DO UPDATE row-locks this version's own
+    // declaration rows until the (autocommit) statement ends. Rows sorted by key, so two replicas of one
+    // version declaring at once wait for each other instead of deadlocking.
+    declare: `
+      INSERT INTO ${s}.schedule_declarations (name, hash, definition)
+      SELECT name, hash, definition FROM unnest($1::text[], $2::text[], $3::jsonb[]) AS d(name, hash, definition)
+       ORDER BY name, hash
+      ON CONFLICT (name, hash) DO UPDATE SET last_declared_at = now()`,
+    // Lock: ROW EXCLUSIVE on schedules. A row for each schedule some live replica declares and that has no
+    // row yet (disabled, empty definition: the reconcile step below fills it in). A concurrent insert of
+    // the same name waits for the other transaction, then does nothing; names in order, no deadlock.
+    placeholders: `
+      INSERT INTO ${s}.schedules (name, hash, definition)
+      SELECT DISTINCT name, '', '{}'::jsonb FROM ${s}.schedule_declarations WHERE ${live}
+       ORDER BY name
+      ON CONFLICT (name) DO NOTHING`,
+    // Lock: FOR UPDATE on every schedule row no other pass holds; SKIP LOCKED: a row another replica is
+    // reconciling or firing right now is left to it (it will be looked at again on the next pass). Held
+    // until this pass's COMMIT, so nobody fires or redefines these schedules meanwhile.
+    lockAll: `
+      SELECT name, hash, definition, enabled, next_run_at, last_tick FROM ${s}.schedules
+       ORDER BY name FOR UPDATE SKIP LOCKED`,
+    // Lock: FOR UPDATE on due enabled schedules (partial index schedules_due), SKIP LOCKED as above: of
+    // replicas passing at once, each due schedule is fired by exactly one of them.
+    lockDue: `
+      SELECT name, hash, definition, enabled, next_run_at, last_tick FROM ${s}.schedules
+       WHERE enabled AND next_run_at <= now()
+       ORDER BY next_run_at LIMIT 100 FOR UPDATE SKIP LOCKED`,
+    // Lock: none (a plain read on the partial index): whether a pass has anything to fire, so an idle
+    // scheduler costs one cheap statement per interval and no transaction.
+    anyDue: `SELECT EXISTS (SELECT 1 FROM ${s}.schedules WHERE enabled AND next_run_at <= now()) AS due`,
+    // Lock: none (a plain read). The definition in force per schedule: the newest deploy (first declared
+    // most recently) among those a live replica still declares; ties broken by hash.
+    winners: `
+      SELECT DISTINCT ON (name) name, hash, definition FROM ${s}.schedule_declarations
+       WHERE ${live} AND name = ANY($2::text[])
+       ORDER BY name, first_declared_at DESC, hash`,
+    // Lock: the schedule's row, already locked FOR UPDATE by this pass.
+    disable: `UPDATE ${s}.schedules SET enabled = false, next_run_at = NULL, updated_at = now() WHERE name = $1`,
+    // Lock: the schedule's row, already locked FOR UPDATE by this pass.
+    redefine: `
+      UPDATE ${s}.schedules SET hash = $2, definition = $3::jsonb, enabled = true, next_run_at = $4,
+             updated_at = now()
+       WHERE name = $1`,
+    // Lock: ROW EXCLUSIVE on jobs; the partial unique index jobs_key by speculative insertion (a live job
+    // already holding the tick's key makes it DO NOTHING). Runs in the pass transaction holding the
+    // schedule row's FOR UPDATE lock, with the UPDATE that moves next_run_at past these ticks: a tick's job
+    // exists if and only if the schedule moved past it. The jobs trigger sends one NOTIFY at COMMIT.
+    insertTicks: `
+      INSERT INTO ${s}.jobs AS j (task, payload, priority, run_at, max_attempts, backoff_base_ms, backoff_cap_ms, key)
+      SELECT $1, $2::jsonb, $3, t.run_at, $4, $5, $6, t.key
+        FROM unnest($7::timestamptz[], $8::text[]) AS t(run_at, key)
+      ON CONFLICT (task, key) WHERE key IS NOT NULL AND state IN ('pending', 'running') DO NOTHING
+      RETURNING j.id, j.key`,
+    // Lock: the schedule's row, already locked FOR UPDATE by this pass.
+    advance: `
+      UPDATE ${s}.schedules SET next_run_at = $2, last_tick = coalesce($3, last_tick), fired = fired + $4, skipped = skipped + $5,
+             updated_at = now()
+       WHERE name = $1`,
+    // Lock: none (a plain read).
+    list: `
+      SELECT name, hash, definition, enabled, next_run_at, last_tick, fired::float8 AS fired,
+             skipped::float8 AS skipped
+        FROM ${s}.schedules ORDER BY name`,
+  };
+}

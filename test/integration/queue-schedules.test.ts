@@ -1,0 +1,274 @@
+import type pg from 'pg';
+import { afterAll, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { Queue, type ScheduleDefinition, scheduledTick } from '../../src/patterns/queue/index.js';
+import { TxManager } from '../../src/tx/tx-manager.js';
+import { eventually } from '../fixtures/queue-helpers.js';
+import { type Replica, replica, serverHour, setNextRun } from '../fixtures/schedule-helpers.js';
+import { useTestDatabase, viaPgBouncer } from '../helpers.js';
+
+const { pool, pooledUrl: url } = await useTestDatabase({ max: 10 });
+// Through PgBouncer in transaction mode (the pgbouncer project) the replicas go through the pooler too;
+// LISTEN needs a session of its own there, so their workers poll.
+const listen = viaPgBouncer() === undefined;
+const tm = new TxManager(pool);
+const tasks = { ping: z.object({ v: z.number().default(1) }), publish: z.object({ post: z.number() }) };
+type Tasks = typeof tasks;
+const replicas: Replica<Tasks>[] = [];
+afterAll(async () => {
+  await Promise.all(replicas.map((r) => r.pool.end()));
+});
+let seq = 0;
+
+function replicasOf(
+  n: number,
+  schema: string,
+  schedules: Record<string, ScheduleDefinition<keyof Tasks & string>>,
+) {
+  const made = Array.from({ length: n }, () => replica<Tasks>(url, { schema, tasks, schedules }));
+  replicas.push(...made);
+  return made;
+}
+
+async function freshSchema(schedules: Record<string, ScheduleDefinition<keyof Tasks & string>> = {}) {
+  const schema = `q_sched_${++seq}`;
+  const q = new Queue({ pool, txManager: tm, schema, tasks, schedules });
+  (await q.migrate())._unsafeUnwrap();
+  return { schema, q };
+}
+
+async function jobKeys(schema: string): Promise<string[]> {
+  const r = await pool.query<{ key: string }>(`SELECT key FROM ${schema}.jobs ORDER BY key`);
+  return r.rows.map((x) => x.key);
+}
+
+describe('schedules: each tick fires exactly once across replicas', () => {
+  it('five replicas passing at once over six due ticks: six jobs, each tick reported by one replica', async () => {
+    const def = { every: '1h', task: 'ping', missed: { catchUp: 10 }, grace: '1d' } as const;
+    const { schema } = await freshSchema();
+    const rs = replicasOf(5, schema, { hourly: def });
+    (await rs[0]!.queue.fireSchedules())._unsafeUnwrap(); // declares: the row exists, next run = next hour
+    await setNextRun(pool, schema, 'hourly', await serverHour(pool, 5)); // six ticks due: 5h ago … this hour
+    const passes = await Promise.all(rs.map((r) => r.queue.fireSchedules()));
+    const fired = passes.flatMap((p) => p._unsafeUnwrap().fired);
+    expect(fired).toHaveLength(6);
+    expect(new Set(fired.map((f) => f.tick.toISOString())).size).toBe(6);
+    expect(fired.every((f) => f.jobId !== null)).toBe(true);
+    const keys = await jobKeys(schema);
+    expect(keys).toHaveLength(6);
+    expect(keys.every((k) => scheduledTick({ key: k }) !== undefined)).toBe(true);
+    const [state] = (await rs[1]!.queue.listSchedules())._unsafeUnwrap();
+    expect(state?.fired).toBe(6);
+    expect(state?.nextRunAt?.getTime()).toBe((await serverHour(pool, -1)).getTime());
+  });
+
+  it('next_run_at is persisted: a replica started later (a new process) does not fire a tick again', async () => {
+    const { schema } = await freshSchema();
+    const [a] = replicasOf(1, schema, { hourly: { every: '1h', task: 'ping', missed: 'once' } });
+    (await a!.queue.fireSchedules())._unsafeUnwrap();
+    await setNextRun(pool, schema, 'hourly', await serverHour(pool, 0));
+    expect((await a!.queue.fireSchedules())._unsafeUnwrap().fired).toHaveLength(1);
+    const [b] = replicasOf(1, schema, { hourly: { every: '1h', task: 'ping', missed: 'once' } });
+    const again = (await b!.queue.fireSchedules())._unsafeUnwrap();
+    expect(again.fired).toEqual([]);
+    expect(again.redefined).toEqual([]); // same definition: nothing rewritten
+    expect(await jobKeys(schema)).toHaveLength(1);
+  });
+
+  it('workers fire the ticks; when the replica that fired the last tick stops, another fires the next', async () => {
+    const { schema } = await freshSchema();
+    const def = { every: '1s', task: 'ping', grace: '1m' } as const;
+    const rs = replicasOf(3, schema, { beat: def });
+    const ran: { tick: string; by: number }[] = [];
+    const firedBy: number[] = [];
+    const workers = rs.map((r, i) =>
+      r.queue.work(
+        {
+          ping: async (job) => {
+            ran.push({ tick: scheduledTick(job)?.toISOString() ?? '?', by: i });
+          },
+        },
+        {
+          listen,
+          scheduleInterval: 20,
+          hooks: { onScheduleFired: (f) => f.jobId !== null && firedBy.push(i) },
+        },
+      ),
+    );
+    await eventually(() => firedBy.length >= 2, 10_000);
+    const stopped = firedBy[firedBy.length - 1]!;
+    await workers[stopped]!.stop();
+    const before = firedBy.length;
+    await eventually(() => firedBy.length >= before + 2, 10_000);
+    await Promise.all(workers.map((w) => w.stop()));
+    expect(firedBy.slice(before).every((i) => i !== stopped)).toBe(true);
+    const ticks = ran.map((r) => r.tick);
+    expect(new Set(ticks).size).toBe(ticks.length); // no tick ran twice
+    expect(ticks.length).toBeGreaterThanOrEqual(3);
+  });
+});
+
+describe('schedules: missed ticks (no replica was up)', () => {
+  it("'skip', 'once' and { catchUp: 2 } after five hours down", async () => {
+    const base = { every: '1h', task: 'ping', grace: 0 } as const;
+    const schedules = {
+      skipper: { ...base, missed: 'skip' },
+      oncer: { ...base, missed: 'once' },
+      catcher: { ...base, missed: { catchUp: 2 } },
+    } as const;
+    const { schema } = await freshSchema();
+    const [r] = replicasOf(1, schema, schedules);
+    (await r!.queue.fireSchedules())._unsafeUnwrap();
+    const fiveAgo = await serverHour(pool, 4); // ticks 4h ago … this hour's: five, all older than grace 0
+    for (const name of Object.keys(schedules)) await setNextRun(pool, schema, name, fiveAgo);
+    const pass = (await r!.queue.fireSchedules({ declare: false }))._unsafeUnwrap();
+    const by = (name: string) => pass.fired.filter((f) => f.schedule === name).map((f) => f.tick.getTime());
+    expect(by('skipper')).toEqual([]);
+    expect(by('oncer')).toEqual([(await serverHour(pool, 0)).getTime()]);
+    expect(by('catcher')).toEqual([
+      (await serverHour(pool, 1)).getTime(),
+      (await serverHour(pool, 0)).getTime(),
+    ]);
+    expect(pass.skipped).toBe(5 + 4 + 3);
+    const next = (await serverHour(pool, -1)).getTime();
+    const states = (await r!.queue.listSchedules())._unsafeUnwrap();
+    expect(states.map((s) => s.nextRunAt?.getTime())).toEqual([next, next, next]);
+  });
+});
+
+describe('schedules: deploys change and remove definitions safely while versions overlap', () => {
+  const v1 = { every: '1h', task: 'ping', payload: { v: 1 }, missed: 'once' } as const;
+  const v2 = { every: '1h', task: 'ping', payload: { v: 2 }, missed: 'once' } as const;
+
+  async function payloads(schema: string): Promise<number[]> {
+    const r = await pool.query<{ v: number }>(
+      `SELECT (payload->>'v')::int AS v FROM ${schema}.jobs ORDER BY id`,
+    );
+    return r.rows.map((x) => x.v);
+  }
+
+  it('the newest deploy wins whatever the order old and new replicas declare in; old replicas fire it', async () => {
+    const { schema } = await freshSchema();
+    const [old] = replicasOf(1, schema, { hourly: v1 });
+    (await old!.queue.fireSchedules())._unsafeUnwrap();
+    const [fresh] = replicasOf(1, schema, { hourly: v2 });
+    expect((await fresh!.queue.fireSchedules())._unsafeUnwrap().redefined).toEqual(['hourly']);
+    // The old version keeps running and declaring: it does not write its definition back.
+    expect((await old!.queue.fireSchedules())._unsafeUnwrap().redefined).toEqual([]);
+    expect((await fresh!.queue.fireSchedules())._unsafeUnwrap().redefined).toEqual([]);
+    await setNextRun(pool, schema, 'hourly', await serverHour(pool, 0));
+    expect((await old!.queue.fireSchedules())._unsafeUnwrap().fired).toHaveLength(1);
+    expect(await payloads(schema)).toEqual([2]); // fired by the old replica, with the new definition
+    // Rolled back: once no live replica declares v2 any more, v1 (still declared) is in force again.
+    await pool.query(
+      `UPDATE ${schema}.schedule_declarations SET last_declared_at = now() - interval '1 hour' WHERE hash = $1`,
+      [fresh!.queue.declaredSchedules[0]!.hash],
+    );
+    expect((await old!.queue.fireSchedules())._unsafeUnwrap().redefined).toEqual(['hourly']);
+    await pool.query(`DELETE FROM ${schema}.jobs`); // the v2 job ran (a done job leaves the table)
+    await setNextRun(pool, schema, 'hourly', await serverHour(pool, 0));
+    (await old!.queue.fireSchedules())._unsafeUnwrap();
+    expect(await payloads(schema)).toEqual([1]);
+  });
+
+  it('a removed schedule runs while an old replica still declares it, and is disabled once none does', async () => {
+    const { schema } = await freshSchema();
+    const [old] = replicasOf(1, schema, { hourly: v1 });
+    const [fresh] = replicasOf(1, schema, {}); // the new version removed it
+    (await old!.queue.fireSchedules())._unsafeUnwrap();
+    expect((await fresh!.queue.fireSchedules())._unsafeUnwrap().disabled).toEqual([]);
+    await pool.query(
+      `UPDATE ${schema}.schedule_declarations SET last_declared_at = now() - interval '1 hour'`,
+    );
+    expect((await fresh!.queue.fireSchedules())._unsafeUnwrap().disabled).toEqual(['hourly']);
+    await setNextRun(pool, schema, 'hourly', await serverHour(pool, 0)); // would be due if enabled
+    expect((await fresh!.queue.fireSchedules({ declare: false }))._unsafeUnwrap().fired).toEqual([]);
+    const [state] = (await fresh!.queue.listSchedules())._unsafeUnwrap();
+    expect(state?.enabled).toBe(false);
+    expect(await jobKeys(schema)).toEqual([]);
+  });
+});
+
+describe('schedules: bad input is refused before anything is sent', () => {
+  it('the Queue constructor throws InvalidOptions naming each bad schedule; no SQL sent', () => {
+    const sent: unknown[] = [];
+    const spy = {
+      connect: () => sent.push('connect'),
+      query: (q: unknown) => sent.push(q),
+    } as unknown as pg.Pool;
+    const build = () =>
+      new Queue({
+        pool: spy,
+        txManager: tm,
+        tasks,
+        schedules: {
+          a: { cron: '0 25 * * *', task: 'ping' },
+          b: { every: '1h', task: 'ping', tz: 'Europe/Paris' },
+          c: { every: '1h', task: 'publish', payload: { post: 'x' } },
+        },
+        requires: { nope: ['x'] } as never,
+      });
+    expect(build).toThrowError(expect.objectContaining({ kind: 'InvalidOptions' }));
+    expect(sent).toEqual([]);
+  });
+
+  it('fireSchedules refuses bad options with InvalidOptions', async () => {
+    const { q } = await freshSchema();
+    const r = await q.fireSchedules({ liveness: -5 });
+    expect(r._unsafeUnwrapErr().kind).toBe('InvalidOptions');
+  });
+});
+
+describe('worker requirements', () => {
+  it('a worker without the capability does not claim the task, says so, and still fires schedules', async () => {
+    const { schema } = await freshSchema();
+    const schedules = { beat: { every: '1s', task: 'ping', grace: '1m' } } as const;
+    const make = () => {
+      const r = replica<Tasks>(url, { schema, tasks, schedules, requires: { publish: ['publish-token'] } });
+      replicas.push(r);
+      return r;
+    };
+    const laptop = make();
+    const server = make();
+    (await laptop.queue.enqueue(laptop.pool, 'publish', { post: 1 }))._unsafeUnwrap();
+    const skippedSeen: unknown[] = [];
+    const pinged: string[] = [];
+    const published: string[] = [];
+    const lw = laptop.queue.work(
+      {
+        ping: async () => void pinged.push('laptop'),
+        publish: async () => void published.push('laptop'),
+      },
+      { listen, scheduleInterval: 20, hooks: { onTasksSkipped: (s) => skippedSeen.push(s) } },
+    );
+    expect(lw.skippedTasks).toEqual([{ task: 'publish', missing: ['publish-token'] }]);
+    expect(skippedSeen).toEqual([[{ task: 'publish', missing: ['publish-token'] }]]);
+    // The laptop's scheduler fires and it runs the ticks' pings, but never takes the publish job.
+    await eventually(() => pinged.length >= 2, 10_000);
+    const pending = await pool.query(`SELECT state FROM ${schema}.jobs WHERE task = 'publish'`);
+    expect(pending.rows).toEqual([{ state: 'pending' }]);
+    const sw = server.queue.work(
+      { publish: async () => void published.push('server') },
+      { listen, capabilities: ['publish-token'], schedules: false },
+    );
+    expect(sw.skippedTasks).toEqual([]);
+    await eventually(() => published.length === 1);
+    await Promise.all([lw.stop(), sw.stop()]);
+    expect(published).toEqual(['server']);
+  });
+
+  it('a worker with no task it can claim still runs the scheduler when the queue declares schedules', async () => {
+    const { schema } = await freshSchema();
+    const r = replica<Tasks>(url, {
+      schema,
+      tasks,
+      schedules: { beat: { every: '1s', task: 'publish', payload: { post: 7 }, grace: '1m' } },
+      requires: { publish: ['publish-token'] },
+    });
+    replicas.push(r);
+    const w = r.queue.work({ publish: async () => {} }, { listen, scheduleInterval: 20 });
+    await eventually(async () => (await jobKeys(schema)).length >= 1, 10_000);
+    await w.stop();
+    expect(w.counters.started).toBe(0);
+  });
+});
