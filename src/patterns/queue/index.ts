@@ -2,6 +2,7 @@
 export type { EnqueuedJob, Job, JobLease, JobState } from './job.js';
 export type { MigrateResult } from './migrate-queue.js';
 export {
+  type ClaimedBatch,
   type ClaimOptions,
   type CompleteManyResult,
   type EnqueueError,
@@ -11,10 +12,13 @@ export {
   type FailItem,
   type FailOptions,
   type FailResult,
+  type GroupLimits,
+  type GroupsOption,
   Queue,
   type QueueOptions,
   type QueueStats,
   type QueueTxManager,
+  type RateLimit,
   type ReapOptions,
   type ReapResult,
   type RedriveOptions,

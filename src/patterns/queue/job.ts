@@ -35,6 +35,8 @@ export interface Job<P = unknown> {
   readonly leaseExpiresAt: Date;
   /** When it was enqueued. */
   readonly createdAt: Date;
+  /** Its group (the key its concurrency and rate limits count by), if it was enqueued with one. */
+  readonly group: string | null;
 }
 
 /** The part of a job that settles it: id and lease token. */
@@ -52,6 +54,8 @@ export interface EnqueuedJob {
   readonly runAt: Date;
   /** Its unique key, if any. */
   readonly key: string | null;
+  /** Its group, if any. */
+  readonly group: string | null;
   /** false when a live job with the same key already existed and was returned instead. */
   readonly created: boolean;
 }
@@ -70,6 +74,7 @@ export interface JobRow {
   lease_token: string;
   lease_expires_at_ms: number;
   created_at_ms: number;
+  group_key: string | null;
 }
 
 /** Maps a claimed row to a {@link Job}. */
@@ -87,5 +92,6 @@ export function jobFromRow(row: JobRow): Job {
     leaseToken: row.lease_token,
     leaseExpiresAt: new Date(row.lease_expires_at_ms),
     createdAt: new Date(row.created_at_ms),
+    group: row.group_key,
   };
 }

@@ -4,6 +4,7 @@ import { classify } from '../../errors/classify.js';
 import { DbError, type TxKitError } from '../../errors/errors.js';
 import { advisoryKey } from '../advisory/advisory-key.js';
 import { claimFunctionMigration } from './migrations/claim-function-migration.js';
+import { groupLimitsMigration } from './migrations/group-limits-migration.js';
 import { jobsMigration } from './migrations/jobs-migration.js';
 
 /** What {@link migrateQueue} did. */
@@ -26,7 +27,7 @@ interface Migration {
  * (esbuild, rolldown …) migrates without reading a file (they were `.sql` files read beside the module:
  * ENOENT once bundled).
  */
-const MIGRATIONS: readonly Migration[] = [jobsMigration, claimFunctionMigration];
+const MIGRATIONS: readonly Migration[] = [jobsMigration, claimFunctionMigration, groupLimitsMigration];
 
 /** Stable signed 64-bit advisory key for a schema's migrations (`advisoryKey`: sha-256, not hashtext). */
 export function migrationLockKey(schema: string): string {
