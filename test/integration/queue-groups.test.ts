@@ -226,14 +226,16 @@ describe('no busy loop when every ready job is over its limit', () => {
       { concurrency: 4, pollInterval: 60_000 },
     );
     try {
-      // An ungrouped job enqueued now proves the second worker woke (NOTIFY) and claimed after the
-      // group was full; before that it made at most its start-up claim.
+      // Ungrouped jobs enqueued one at a time, each waited for: every one proves the second worker woke
+      // (NOTIFY) and claimed while the group stayed full. Each may cost it a claim or two, never a loop.
       await eventually(() => second.listening);
-      (await idle.enqueue(pool, 'work', { n: 100 }))._unsafeUnwrap();
-      await eventually(() => started.includes('idle'));
-      const whileFull = claims.mock.calls.length;
-      // Start-up claim, the NOTIFY'd claim and at most one more (the LISTEN connect wake-up): no loop.
-      expect(whileFull).toBeLessThanOrEqual(4);
+      const markers = 20;
+      for (let i = 0; i < markers; i++) {
+        (await idle.enqueue(pool, 'work', { n: 100 + i }))._unsafeUnwrap();
+        await eventually(() => started.filter((s) => s === 'idle').length === i + 1, 15_000, 20);
+      }
+      // Its start-up claim, the LISTEN connect wake-up, and at most two per marker.
+      expect(claims.mock.calls.length).toBeLessThanOrEqual(2 * markers + 4);
       // The held job completes: its settle frees the slot and NOTIFYs; the rest of the group runs (by
       // either worker) without waiting for a poll.
       hold.open('hold');

@@ -278,7 +278,7 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
       // of a group with ready jobs), the poll interval, or the earliest rate window to free a place —
       // never a hot loop over jobs held back by their limits.
       if (claimed.length < want)
-        await this.#wake.wait(Math.min(this.#o.pollInterval, rateWaitMs ?? Infinity));
+        await this.#wake.wait(Math.min(this.#o.pollInterval, Math.max(1, rateWaitMs ?? Infinity)));
     }
   }
 
