@@ -38,7 +38,7 @@ function freeSlots(groups: string, jobs: string, channel: string, from: string):
       slot_wake AS (
         SELECT pg_notify(${channel}, '') AS woke
          WHERE EXISTS (SELECT 1 FROM slots s WHERE EXISTS (
-           SELECT 1 FROM ${jobs} p WHERE p.group_key = s.key AND p.state = 'pending' AND p.run_at <= now()))
+           SELECT 1 FROM ${jobs} p WHERE coalesce(p.group_key, '') = s.key AND p.state = 'pending' AND p.run_at <= now()))
       )`;
 }
 

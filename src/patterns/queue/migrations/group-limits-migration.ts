@@ -21,11 +21,14 @@ export const groupLimitsMigration = {
 -- The group of a job (NULL: no group, no limit, the claim's fast path).
 ALTER TABLE {{schema}}.jobs ADD COLUMN group_key text;
 
--- The ready jobs of one group, in claim order: used when the head of the queue is taken by groups
--- that are full, to find the jobs of the groups that still have room without walking the full ones.
--- Only grouped jobs are in it, so it costs ungrouped jobs nothing.
-CREATE INDEX jobs_group_ready ON {{schema}}.jobs (group_key, priority, run_at, id)
-  WHERE state = 'pending' AND group_key IS NOT NULL;
+-- The pending jobs of one group (and, under NULL, the ungrouped ones), in claim order: used when the
+-- head of the queue is taken by jobs of full groups, to find the jobs of the groups that still have
+-- room, and the ungrouped jobs, without walking the full ones. A job is in it while pending: one more
+-- index entry at enqueue (and at a retry); the claim's UPDATE leaves it (running rows are not in it).
+-- Keyed by coalesce(group_key, ''): a group key is never empty, and an equality lets the planner walk
+-- the ungrouped jobs in claim order ('IS NULL' would not give it the order).
+CREATE INDEX jobs_group_ready ON {{schema}}.jobs ((coalesce(group_key, '')), priority, run_at, id)
+  WHERE state = 'pending';
 
 -- One row per group key ever enqueued (created by enqueue, ON CONFLICT DO NOTHING).
 -- running: the number of jobs of the group in state 'running' (leased), maintained in the SAME
@@ -97,66 +100,77 @@ CREATE FUNCTION {{schema}}.claim_jobs_limited(n integer, lease_ms double precisi
   SET enable_sort = off
 AS $$
 DECLARE
-  -- How far the claim looks in claim order before it also searches group by group.
-  budget constant integer := n * 4 + 64;
+  -- How far one pass looks in claim order.
+  budget constant integer := n * 2 + 32;
   rated text[] := ARRAY(
     SELECT t FROM jsonb_object_keys(coalesce(limits->'tasks', '{}'::jsonb)) AS t WHERE t = ANY(tasks) ORDER BY t);
+  want integer := n;
+  got integer := 0;
+  k integer;
+  cut_p integer;
+  cut_r timestamptz;
+  cut_id bigint;
 BEGIN
   IF cardinality(rated) > 0 THEN
     -- Lock: ROW EXCLUSIVE on task_rates. Creates the rate rows of the rated tasks once; ON CONFLICT DO
     -- NOTHING takes no lock on a row that exists. Sorted, so two first claims never deadlock.
     INSERT INTO {{schema}}.task_rates (task) SELECT t FROM unnest(rated) AS t ORDER BY t ON CONFLICT DO NOTHING;
   END IF;
+  -- Pass 0 looks at the first 'budget' ready jobs in claim order. Pass 1 runs only when pass 0 came back
+  -- short AND there were more ready jobs than it looked at (a long run of jobs of full groups at the
+  -- head): it looks at the next 'budget' jobs and at the first ready jobs of up to 'want' groups with
+  -- room, found group by group, so jobs over their limit do not block the groups behind them. Each pass
+  -- is one statement with a fresh snapshot; the locks of pass 0 are held through pass 1 (same
+  -- transaction), and its counters are already updated.
+  FOR pass IN 0..1 LOOP
   RETURN QUERY
   WITH head AS MATERIALIZED (
-    -- No lock: the first 'budget' ready jobs in claim order (jobs_claimable, an ordered index scan).
+    -- No lock: 'budget' ready jobs in claim order (jobs_claimable, an ordered index scan), after the cut
+    -- in pass 1.
     SELECT j.id, j.task, j.group_key, j.priority, j.run_at,
            row_number() OVER (ORDER BY j.priority, j.run_at, j.id) AS pos
       FROM (SELECT id, task, group_key, priority, run_at FROM {{schema}}.jobs
              WHERE state = 'pending' AND run_at <= now() AND task = ANY(tasks)
+               AND (pass = 0 OR (priority, run_at, id) > (cut_p, cut_r, cut_id))
              ORDER BY priority, run_at, id
              LIMIT budget) j
   ),
-  cut AS MATERIALIZED (
-    -- The head was cut at 'budget' (say a long run of jobs of full groups): where it stopped.
-    SELECT h.priority, h.run_at, h.id FROM head h WHERE h.pos = budget
-  ),
   deep AS MATERIALIZED (
-    -- No lock; only when the head was cut (else 'cut' is empty and this reads nothing). The first
-    -- ready jobs of up to n other groups that look like they have room (a snapshot read, only a
-    -- preselection: the limit is checked under the group's lock below), through jobs_group_ready, and
-    -- up to n ungrouped jobs of unrated tasks behind the head. So jobs over their limit never block the
-    -- jobs behind them, however many they are.
-    SELECT p.id, p.task, p.group_key, p.priority, p.run_at, budget + row_number() OVER () AS pos
+    -- No lock; pass 1 only. The first ready jobs of up to 'want' groups that look like they have room (a
+    -- snapshot read, only a preselection: the limit is checked under the group's lock below), through
+    -- jobs_group_ready. Reads job_groups, one row per group: O(groups), in a pass that runs only behind
+    -- a long run of jobs over their limits.
+    SELECT q.id, q.task, q.group_key, q.priority, q.run_at, budget + row_number() OVER () AS pos
       FROM (
-        (SELECT q.* FROM (
-           SELECT g.key FROM {{schema}}.job_groups g, cut
-            WHERE g.running < coalesce((coalesce(limits->'groups'->g.key, limits->'default')->>'concurrency')::int, 2147483647)
-              AND g.key NOT IN (SELECT group_key FROM head WHERE group_key IS NOT NULL)
-            LIMIT n
-         ) g2
-         CROSS JOIN LATERAL (
-           SELECT j.id, j.task, j.group_key, j.priority, j.run_at FROM {{schema}}.jobs j
-            WHERE j.group_key = g2.key AND j.state = 'pending' AND j.run_at <= now() AND j.task = ANY(tasks)
-            ORDER BY j.priority, j.run_at, j.id
-            LIMIT least(n, coalesce((coalesce(limits->'groups'->g2.key, limits->'default')->>'concurrency')::int, n))
-         ) q)
-        UNION ALL
-        (SELECT j.id, j.task, j.group_key, j.priority, j.run_at FROM {{schema}}.jobs j, cut
-          WHERE j.state = 'pending' AND j.run_at <= now() AND j.task = ANY(tasks) AND j.group_key IS NULL
-            AND NOT (j.task = ANY(rated))
-            AND (j.priority, j.run_at, j.id) > (cut.priority, cut.run_at, cut.id)
-          ORDER BY j.priority, j.run_at, j.id
-          LIMIT n)
-      ) p
+        SELECT g.key FROM {{schema}}.job_groups g
+         WHERE pass = 1
+           AND g.running < coalesce((coalesce(limits->'groups'->g.key, limits->'default')->>'concurrency')::int, 2147483647)
+         LIMIT want
+      ) g2
+      CROSS JOIN LATERAL (
+        SELECT j.id, j.task, j.group_key, j.priority, j.run_at FROM {{schema}}.jobs j
+         WHERE coalesce(j.group_key, '') = g2.key AND j.state = 'pending' AND j.run_at <= now() AND j.task = ANY(tasks)
+         ORDER BY j.priority, j.run_at, j.id
+         LIMIT least(want, coalesce((coalesce(limits->'groups'->g2.key, limits->'default')->>'concurrency')::int, want))
+      ) q
+    UNION ALL
+    -- ... and the first ready ungrouped jobs of unrated tasks (jobs_group_ready under '': ungrouped
+    -- jobs only, in claim order).
+    SELECT u.id, u.task, u.group_key, u.priority, u.run_at, 2 * budget + row_number() OVER () AS pos
+      FROM (SELECT j.id, j.task, j.group_key, j.priority, j.run_at FROM {{schema}}.jobs j
+             WHERE pass = 1 AND coalesce(j.group_key, '') = '' AND j.state = 'pending' AND j.run_at <= now()
+               AND j.task = ANY(tasks) AND NOT (j.task = ANY(rated))
+             ORDER BY j.priority, j.run_at, j.id
+             LIMIT want) u
   ),
   cand AS MATERIALIZED (
-    SELECT * FROM head UNION ALL SELECT * FROM deep
+    -- Each job once (pass 1's walk may meet jobs of its head window), at its best position.
+    SELECT DISTINCT ON (a.id) a.* FROM (SELECT * FROM head UNION ALL SELECT * FROM deep) a ORDER BY a.id, a.pos
   ),
   cgroups AS MATERIALIZED (
     -- The groups of the candidates, the first n in claim order (a claim of n jobs needs at most n).
     SELECT c.group_key AS key FROM cand c WHERE c.group_key IS NOT NULL
-     GROUP BY c.group_key ORDER BY min(c.pos) LIMIT n
+     GROUP BY c.group_key ORDER BY min(c.pos) LIMIT want
   ),
   gcfg AS MATERIALIZED (
     SELECT k.key,
@@ -215,7 +229,7 @@ BEGIN
     ) c LEFT JOIN troom t ON t.task = c.task
      WHERE NOT (c.task = ANY(rated)) OR c.ti <= t.cap
      ORDER BY c.pos
-     LIMIT n
+     LIMIT want
   ),
   locked AS MATERIALIZED (
     -- Lock: FOR UPDATE SKIP LOCKED on the chosen jobs, re-checked on their newest version: a job another
@@ -272,6 +286,17 @@ BEGIN
   UNION ALL
   SELECT NULL::{{schema}}.jobs, greatest(0, extract(epoch FROM min(w.at) - now()) * 1000)::double precision
     FROM waits w HAVING min(w.at) IS NOT NULL;
+  GET DIAGNOSTICS k = ROW_COUNT;
+  got := got + k;
+  EXIT WHEN pass = 1 OR got >= n;
+  -- No lock: where pass 0's look ended, if there were more ready jobs than it looked at.
+  SELECT j.priority, j.run_at, j.id INTO cut_p, cut_r, cut_id FROM {{schema}}.jobs j
+   WHERE j.state = 'pending' AND j.run_at <= now() AND j.task = ANY(tasks)
+   ORDER BY j.priority, j.run_at, j.id
+   OFFSET budget - 1 LIMIT 1;
+  EXIT WHEN NOT FOUND;
+  want := n - got;
+  END LOOP;
 END $$;
 `,
 } as const;
