@@ -40,17 +40,19 @@ CREATE INDEX jobs_group_ready ON {{schema}}.jobs ((coalesce(group_key, '')), pri
 --   snapshot is taken before the lock is granted, so it misses a claim committed meanwhile.)
 -- rate_times: the claim times within the current rate window (a sliding log, oldest first, at most
 --   the limit's length): at most 'limit' claims in ANY interval of 'per'.
+-- fillfactor 50: every claim and settle of a group updates its row; the free half of each page keeps
+-- those updates HOT (no index entry, pruned in place) between two autovacuum runs.
 CREATE TABLE {{schema}}.job_groups (
   key        text PRIMARY KEY,
   running    integer NOT NULL DEFAULT 0,
   rate_times timestamptz[] NOT NULL DEFAULT '{}'
-);
+) WITH (fillfactor = 50);
 
 -- The rate log of each rate-limited task (created by the claim the first time).
 CREATE TABLE {{schema}}.task_rates (
   task       text PRIMARY KEY,
   rate_times timestamptz[] NOT NULL DEFAULT '{}'
-);
+) WITH (fillfactor = 50);
 
 -- The plain claim (no limits configured on the claiming queue) now keeps the group counters true:
 -- a grouped job it claims counts as running in its group.
@@ -169,8 +171,8 @@ BEGIN
              LIMIT want) u
   ),
   cand AS MATERIALIZED (
-    -- Each job once (pass 1's walk may meet jobs of its head window), at its best position.
-    SELECT DISTINCT ON (a.id) a.* FROM (SELECT * FROM head UNION ALL SELECT * FROM deep) a ORDER BY a.id, a.pos
+    -- Each job once: deep leaves out the jobs of the head window.
+    SELECT * FROM head UNION ALL SELECT * FROM deep d WHERE d.id NOT IN (SELECT id FROM head)
   ),
   cgroups AS MATERIALIZED (
     -- The groups of the candidates, the first n in claim order (a claim of n jobs needs at most n).
@@ -193,7 +195,8 @@ BEGIN
     -- deadlock, whatever order it locks groups in.
     SELECT g.key, g.running, g.rate_times, c.conc, c.rl, c.per
       FROM {{schema}}.job_groups g JOIN gcfg c ON c.key = g.key
-     WHERE g.running < c.conc
+     WHERE g.key = ANY(ARRAY(SELECT key FROM cgroups)) -- primary-key probes, never a scan of every group
+       AND g.running < c.conc
        AND (c.rl IS NULL OR cardinality(g.rate_times) < c.rl OR g.rate_times[1] <= now() - c.per)
        FOR UPDATE OF g SKIP LOCKED
   ),
@@ -276,7 +279,7 @@ BEGIN
     -- skipped above (snapshot read: only a hint for the worker's sleep), the ones this claim filled, and
     -- task windows that were full when locked.
     SELECT g.rate_times[1] + c.per AS at FROM {{schema}}.job_groups g JOIN gcfg c ON c.key = g.key
-     WHERE c.rl IS NOT NULL AND cardinality(g.rate_times) >= c.rl AND g.rate_times[1] > now() - c.per
+     WHERE g.key = ANY(ARRAY(SELECT key FROM gcfg WHERE rl IS NOT NULL)) AND c.rl IS NOT NULL AND cardinality(g.rate_times) >= c.rl AND g.rate_times[1] > now() - c.per
     UNION ALL SELECT oldest + per FROM gu WHERE rl IS NOT NULL AND left_after <= 0
     UNION ALL SELECT oldest + per FROM tu WHERE left_after <= 0
     UNION ALL SELECT valid[1] + per FROM troom WHERE cap <= 0
