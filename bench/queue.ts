@@ -11,6 +11,10 @@
 // Worker processes run bench/queue/child.mjs, which loads pg-txkit from dist/ (`npm run build` first).
 // Standalone: `npm run build && npm run build:bench && node dist-bench/bench/queue.js` (env:
 // PGTXKIT_BENCH_QUEUE_JOBS, PGTXKIT_BENCH_QUEUE_ROUNDS, PGTXKIT_BENCH_QUEUE_ONLY=txkit-defaults,graphile…).
+// Per-key limits: txkit-groups-1000 (the jobs spread round-robin over 1,000 groups, each serial) and
+// txkit-groups-4 (4 groups of concurrency 250), each reported ÷ txkit-defaults (unlimited) per round:
+// PGTXKIT_BENCH_QUEUE_ONLY=txkit-defaults,txkit-groups-1000,txkit-groups-4 (graphile-worker, the
+// baseline, always runs too).
 import { type ChildProcess, fork } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { loadavg } from 'node:os';
@@ -48,6 +52,18 @@ const CONTENDERS: readonly Contender[] = [
     config: 'tuned',
   },
   {
+    id: 'txkit-groups-1000',
+    name: 'pg-txkit, worker defaults, 1,000 groups × concurrency 1 (serial per key)',
+    system: 'txkit',
+    config: 'groups-1000',
+  },
+  {
+    id: 'txkit-groups-4',
+    name: 'pg-txkit, worker defaults, 4 groups × concurrency 250',
+    system: 'txkit',
+    config: 'groups-4',
+  },
+  {
     id: 'graphile',
     name: 'graphile-worker 0.17.3 (localQueue 500, completeJobBatchDelay 0, failJobBatchDelay 0)',
     system: 'graphile',
@@ -67,6 +83,14 @@ const CONTENDERS: readonly Contender[] = [
   },
 ];
 const BASELINE = 'graphile';
+/** The unlimited queue the per-key limits are compared with, round by round. */
+const UNLIMITED = 'txkit-defaults';
+
+/** How many groups the jobs of a txkit configuration are spread over (round-robin); 0: no group. */
+function groupCount(config: string): number {
+  const m = /^groups-(\d+)$/.exec(config);
+  return m === null ? 0 : Number(m[1]);
+}
 
 function childScript(): string {
   for (const candidate of ['./queue/child.mjs', '../../bench/queue/child.mjs']) {
@@ -80,9 +104,11 @@ const chunks = <T>(items: T[], size: number) =>
   Array.from({ length: Math.ceil(items.length / size) }, (_, i) => items.slice(i * size, (i + 1) * size));
 
 /** Enqueues JOBS no-op jobs into `system`'s own tables (not timed); returns a "some left" query. */
-async function prepare(system: System, url: string, pool: pg.Pool): Promise<string> {
+async function prepare(contender: Contender, url: string, pool: pg.Pool): Promise<string> {
+  const { system } = contender;
   const specs = Array.from({ length: JOBS }, () => ({}));
   if (system === 'txkit') {
+    const groups = groupCount(contender.config);
     await pool.query('DROP SCHEMA IF EXISTS bench_txkit CASCADE');
     const queue = new Queue({
       pool,
@@ -91,7 +117,11 @@ async function prepare(system: System, url: string, pool: pg.Pool): Promise<stri
       tasks: { noop: z.object({}) },
     });
     (await queue.migrate())._unsafeUnwrap();
-    for (const chunk of chunks(specs, 10_000)) (await queue.enqueueMany(pool, 'noop', chunk))._unsafeUnwrap();
+    for (const [c, chunk] of chunks(specs, 10_000).entries()) {
+      const group = (i: number) => `g${(c * 10_000 + i) % groups}`;
+      const options = groups === 0 ? {} : { groups: chunk.map((_, i) => group(i)) };
+      (await queue.enqueueMany(pool, 'noop', chunk, options))._unsafeUnwrap();
+    }
     await pool.query('VACUUM ANALYZE bench_txkit.jobs');
     return 'SELECT EXISTS (SELECT 1 FROM bench_txkit.jobs) AS left';
   }
@@ -186,7 +216,7 @@ async function burnDown(
   serverCpu: () => number | undefined,
   signal: AbortSignal,
 ): Promise<RoundResult> {
-  const someLeft = await prepare(contender.system, url, pool);
+  const someLeft = await prepare(contender, url, pool);
   const children: ChildProcess[] = [];
   const exited: Promise<void>[] = [];
   const cpu: Promise<number>[] = [];
@@ -329,6 +359,8 @@ export async function run({
     const ratios = new Map<string, number[]>(contenders.map((c) => [c.id, []]));
     /** pg-txkit defaults ÷ tuned, per round (both measured in the same round). */
     const defaultsVsTuned: number[] = [];
+    /** Each per-key-limit configuration ÷ the unlimited queue, per round. */
+    const limitedVsUnlimited = new Map<string, number[]>();
     const load0 = loadavg()[0] ?? 0;
     const total = ROUNDS * contenders.length;
     for (let round = 0; round < ROUNDS; round++) {
@@ -347,6 +379,11 @@ export async function run({
       const defaults = inRound.get('txkit-defaults');
       const tuned = inRound.get('txkit-tuned');
       if (defaults !== undefined && tuned !== undefined) defaultsVsTuned.push(defaults / tuned);
+      for (const c of contenders.filter((x) => x.system === 'txkit' && groupCount(x.config) > 0)) {
+        const limited = inRound.get(c.id);
+        if (limited === undefined || defaults === undefined) continue;
+        limitedVsUnlimited.set(c.id, [...(limitedVsUnlimited.get(c.id) ?? []), limited / defaults]);
+      }
     }
     onProgress(total, total);
     const latency = await latencyAt100PerSec(pool);
@@ -376,6 +413,12 @@ export async function run({
         ? `pg-txkit defaults ÷ tuned, same round: ${fmt(median(defaultsVsTuned), 2)}× ` +
           `(${fmt(Math.min(...defaultsVsTuned), 2)}–${fmt(Math.max(...defaultsVsTuned), 2)}); `
         : '') +
+      [...limitedVsUnlimited]
+        .map(
+          ([id, r]) =>
+            `${id} ÷ ${UNLIMITED}, same round: ${fmt(median(r), 2)}× (${fmt(Math.min(...r), 2)}–${fmt(Math.max(...r), 2)}); `,
+        )
+        .join('') +
       `pg-txkit defaults + LISTEN at 100 jobs/s, enqueue → handler start: p50 ${latency.p50.toFixed(2)} ms, ` +
       `p99 ${latency.p99.toFixed(2)} ms, max ${latency.max.toFixed(2)} ms`;
     process.stdout.write(`${lines.join('\n')}\n\n${notes}\n`);

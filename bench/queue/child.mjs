@@ -13,11 +13,16 @@ if (system === 'txkit') {
   const { Queue, TxManager } = await import('../../dist/index.js');
   // The README's setup: a pool of pg's default size.
   const pool = new pg.Pool({ connectionString: url });
+  // groups-N: the jobs are spread over N groups (bench/queue.ts); 1,000 groups are serial (concurrency
+  // 1), fewer groups share the 16 handlers with a big limit each.
+  const groups = /^groups-(\d+)$/.exec(config ?? '');
+  const limit = groups === null ? undefined : Number(groups[1]) >= 1000 ? 1 : 250;
   const queue = new Queue({
     pool,
     txManager: new TxManager(pool),
     schema: 'bench_txkit',
     tasks: { noop: z.object({}) },
+    ...(limit === undefined ? {} : { groups: { default: { concurrency: limit } } }),
   });
   let worker;
   start = async () => {

@@ -3,6 +3,7 @@ export type { EnqueuedJob, Job, JobLease, JobState } from './job.js';
 export type { MigrateResult } from './migrate-queue.js';
 export {
   type CancelResult,
+  type ClaimedBatch,
   type ClaimOptions,
   type CompleteManyResult,
   type EnqueueError,
@@ -12,6 +13,8 @@ export {
   type FailItem,
   type FailOptions,
   type FailResult,
+  type GroupLimits,
+  type GroupsOption,
   type JobInfo,
   type PruneOptions,
   type PruneResult,
@@ -19,6 +22,7 @@ export {
   type QueueOptions,
   type QueueStats,
   type QueueTxManager,
+  type RateLimit,
   type ReapOptions,
   type ReapResult,
   type RedriveOptions,

@@ -48,6 +48,17 @@ export interface CompleteManyResult {
   readonly invalid: InvalidLease[];
 }
 
+/** What one claim statement returned (`JobStore.claimBatch`). */
+export interface ClaimedBatch {
+  /** The jobs claimed, each with a fresh lease. */
+  readonly jobs: Job[];
+  /**
+   * Set when a rate limit held jobs back: ms until the earliest full rate window frees a place (a
+   * worker sleeps that long, at most its poll interval, instead of claiming again at once).
+   */
+  readonly waitMs: number | undefined;
+}
+
 /** The outcome of a reaper pass (`reap`). */
 export interface ReapResult {
   /** Jobs whose lease had expired that went back to pending. */
@@ -84,6 +95,12 @@ export interface JobStore {
     lease: number;
     tasks: string[];
   }): ResultAsync<Job[], InvalidOptions | DatabaseFailure>;
+  /** As `claim`, with the rate limits' wait hint (see {@link ClaimedBatch}). */
+  claimBatch(options: {
+    batch: number;
+    lease: number;
+    tasks: string[];
+  }): ResultAsync<ClaimedBatch, InvalidOptions | DatabaseFailure>;
   /** Completes many jobs in one fenced statement. */
   completeMany(jobs: readonly JobLease[]): ResultAsync<CompleteManyResult, DatabaseFailure>;
   /** Records many failed attempts in one fenced statement. */

@@ -40,6 +40,8 @@ export interface Job<P = unknown> {
    * sees where the previous one got to and can resume from there.
    */
   readonly progress: unknown;
+  /** Its group (the key its concurrency and rate limits count by), if it was enqueued with one. */
+  readonly group: string | null;
 }
 
 /** The part of a job that settles it: id and lease token. */
@@ -57,6 +59,8 @@ export interface EnqueuedJob {
   readonly runAt: Date;
   /** Its unique key, if any. */
   readonly key: string | null;
+  /** Its group, if any. */
+  readonly group: string | null;
   /** false when a live job with the same key already existed and was returned instead. */
   readonly created: boolean;
 }
@@ -76,6 +80,7 @@ export interface JobRow {
   lease_expires_at_ms: number;
   created_at_ms: number;
   progress: unknown;
+  group_key: string | null;
 }
 
 /** Maps a claimed row to a {@link Job}. */
@@ -94,5 +99,6 @@ export function jobFromRow(row: JobRow): Job {
     leaseExpiresAt: new Date(row.lease_expires_at_ms),
     createdAt: new Date(row.created_at_ms),
     progress: row.progress ?? null,
+    group: row.group_key,
   };
 }

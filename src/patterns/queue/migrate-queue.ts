@@ -5,6 +5,7 @@ import { DbError, type TxKitError } from '../../errors/errors.js';
 import { advisoryKey } from '../advisory/advisory-key.js';
 import { inClientTransaction } from './in-client-transaction.js';
 import { claimFunctionMigration } from './migrations/claim-function-migration.js';
+import { groupLimitsMigration } from './migrations/group-limits-migration.js';
 import { jobControlMigration } from './migrations/job-control-migration.js';
 import { jobsMigration } from './migrations/jobs-migration.js';
 import { schedulesMigration } from './migrations/schedules-migration.js';
@@ -33,6 +34,7 @@ interface Migration {
 const MIGRATIONS: readonly Migration[] = [
   jobsMigration,
   claimFunctionMigration,
+  groupLimitsMigration,
   schedulesMigration,
   jobControlMigration,
 ];

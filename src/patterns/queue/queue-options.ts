@@ -32,6 +32,30 @@ export const backoffSchema = z.strictObject({
   capMs: z.number().int().min(0).max(2_147_483_647).default(3_600_000),
 });
 
+/** A group key as stored in the jobs table (text without NUL, 1 to 1000 characters). */
+const groupKey = z.string().min(1).max(1000).refine(storable, NO_NUL);
+
+/**
+ * A rate limit: at most `limit` claims in any interval of length `per` (a sliding window, counted at
+ * claim; a retried job counts again). Jobs over the rate wait, pending.
+ */
+export const rateSchema = z.strictObject({
+  /** Claims allowed per window (at most 10,000: the window's claim times are kept in the database). */
+  limit: z.number().int().min(1).max(10_000),
+  /** The window's length (a duration, at least 1 ms). */
+  per: durationSchema.refine((ms) => ms >= 1, 'at least 1 ms'),
+});
+
+/** The limits of a group: how many of its jobs may run at once, and how many may start per window. */
+export const groupLimitsSchema = z
+  .strictObject({
+    /** At most this many jobs of the group running (leased) at once, across every worker. 1: serial. */
+    concurrency: z.number().int().min(1).max(1_000_000).optional(),
+    /** At most `limit` of the group's jobs claimed in any interval of `per`. */
+    rate: rateSchema.optional(),
+  })
+  .refine((l) => l.concurrency !== undefined || l.rate !== undefined, 'give concurrency, rate or both');
+
 const schemaName = z
   .string()
   .regex(/^[a-z_][a-z0-9_]{0,40}$/, 'a lower-case identifier of at most 41 characters (letters, digits, _)');
@@ -70,6 +94,14 @@ export const queueOptionsSchema = z.strictObject({
    * `work(…, { capabilities })`. A worker lacking one does not claim the task (and reports it).
    */
   requires: z.record(taskName, z.array(capabilityName).max(100)).default({}),
+  /**
+   * Limits per job group (the `group` given at enqueue), enforced in the database by every worker's
+   * claim: `default` applies to every group not named here. A group with no limit (none named, no
+   * default) is unlimited.
+   */
+  groups: z.record(groupKey, groupLimitsSchema).optional(),
+  /** Rate limits per task (across all its jobs, grouped or not). */
+  taskRates: z.record(taskName, rateSchema).optional(),
 });
 
 /**
@@ -94,13 +126,26 @@ export const enqueueOptionsSchema = z.strictObject({
   maxAttempts: z.number().int().min(1).max(1_000_000).optional(),
   /** Retry backoff (default: the queue's). */
   backoff: backoffSchema.optional(),
+  /** The job's group: the key its concurrency and rate limits are counted by (see the queue's `groups`). */
+  group: groupKey.optional(),
 });
 
-/** Options of `enqueueMany`: as `enqueue`, with `keys` aligned with the payloads instead of `key`. */
-export const enqueueManyOptionsSchema = enqueueOptionsSchema.omit({ key: true }).extend({
-  /** One unique key per payload (same order); null for a payload without a key. */
-  keys: z.array(z.string().min(1).max(1000).refine(storable, NO_NUL).nullable()).optional(),
-});
+/**
+ * Options of `enqueueMany`: as `enqueue`, with `keys` aligned with the payloads instead of `key`, and
+ * `group` for every job or `groups` aligned with the payloads.
+ */
+export const enqueueManyOptionsSchema = enqueueOptionsSchema
+  .omit({ key: true })
+  .extend({
+    /** One unique key per payload (same order); null for a payload without a key. */
+    keys: z.array(z.string().min(1).max(1000).refine(storable, NO_NUL).nullable()).optional(),
+    /** One group per payload (same order); null for a payload without a group. */
+    groups: z.array(groupKey.nullable()).optional(),
+  })
+  .refine((o) => o.group === undefined || o.groups === undefined, {
+    message: 'give group (one for all) or groups (one per payload), not both',
+    path: ['groups'],
+  });
 
 /** Options of `claim`. */
 export const claimOptionsSchema = z.strictObject({

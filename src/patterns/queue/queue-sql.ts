@@ -6,10 +6,41 @@ import pg from 'pg';
  */
 const epochMs = (column: string) => `(extract(epoch FROM ${column}) * 1000)::float8 AS ${column.slice(2)}_ms`;
 const JOB_COLUMNS = `j.id, j.task, j.payload, j.priority, ${epochMs('j.run_at')}, j.attempts, j.max_attempts, j.key,
-  j.last_error, j.lease_token, ${epochMs('j.lease_expires_at')}, ${epochMs('j.created_at')}, j.progress`;
+  j.last_error, j.lease_token, ${epochMs('j.lease_expires_at')}, ${epochMs('j.created_at')}, j.progress, j.group_key`;
 
 /** The ON CONFLICT target matching the partial unique index jobs_key. */
 const KEY_CONFLICT = `(task, key) WHERE key IS NOT NULL AND state IN ('pending', 'running')`;
+
+/**
+ * The CTEs that give back the group slots of the jobs a settle statement took out of 'running' (`from`:
+ * a relation with a `group_key` column holding exactly those jobs), and wake the workers when a group
+ * that had a slot freed has ready jobs: with its slots full, the other workers were waiting for this.
+ * Lock: FOR UPDATE on those groups IN KEY ORDER (every statement that locks several groups sorts them:
+ * two settles sharing groups never deadlock; a claim never waits for a group, it skips it), then the
+ * counter UPDATE on the locked rows. They come after the statement's job-row locks. With no grouped job
+ * the key array is empty: nothing is read. The main query must read `slot_wake` (a plain SELECT in
+ * WITH runs only when read). The NOTIFY is delivered at COMMIT.
+ */
+function freeSlots(groups: string, jobs: string, channel: string, from: string): string {
+  return `,
+      slot_locks AS MATERIALIZED (
+        SELECT g.key FROM ${groups} g
+         WHERE g.key = ANY(ARRAY(SELECT DISTINCT f.group_key FROM ${from} f WHERE f.group_key IS NOT NULL))
+         ORDER BY g.key
+         FOR UPDATE
+      ),
+      slots AS (
+        UPDATE ${groups} g SET running = g.running - d.k
+          FROM (SELECT f.group_key, count(*)::int AS k FROM ${from} f WHERE f.group_key IS NOT NULL GROUP BY f.group_key) d
+         WHERE g.key = d.group_key AND g.key IN (SELECT key FROM slot_locks)
+        RETURNING g.key
+      ),
+      slot_wake AS (
+        SELECT pg_notify(${channel}, '') AS woke
+         WHERE EXISTS (SELECT 1 FROM slots s WHERE EXISTS (
+           SELECT 1 FROM ${jobs} p WHERE coalesce(p.group_key, '') = s.key AND p.state = 'pending' AND p.run_at <= now()))
+      )`;
+}
 
 /**
  * Every statement the queue sends, built once per schema (identifiers quoted with escapeIdentifier;
@@ -19,6 +50,7 @@ export interface QueueStatements {
   readonly enqueue: string;
   readonly enqueueMany: string;
   readonly claim: string;
+  readonly claimLimited: string;
   readonly complete: string;
   readonly fail: string;
   readonly extend: string;
@@ -42,6 +74,10 @@ export function queueStatements(
 ): QueueStatements {
   const s = pg.escapeIdentifier(schema);
   const jobs = `${s}.jobs`;
+  const channel = pg.escapeLiteral(options.channel);
+  const slots = (from: string) => freeSlots(`${s}.job_groups`, jobs, channel, from);
+  /** Reads slot_wake once, so the NOTIFY step runs. */
+  const woke = '(SELECT count(*) FROM slot_wake) AS woke';
   const archiveDone = (state: 'done' | 'cancelled', from: string) =>
     options.archive
       ? `, archived AS (
@@ -54,26 +90,39 @@ export function queueStatements(
     // for that transaction, then DO NOTHING. No row lock is taken on the existing job; it is read in the
     // same statement. (If that job committed after this statement's snapshot, the read finds nothing and
     // enqueue() re-runs the statement with a new snapshot.) The statement-level trigger sends at most one
-    // NOTIFY, delivered at COMMIT.
+    // NOTIFY, delivered at COMMIT. With a group ($9), its job_groups row is created if missing: ROW
+    // EXCLUSIVE on job_groups, ON CONFLICT DO NOTHING takes no lock on an existing row (it waits only for
+    // a concurrent uncommitted creation of the same new group).
     enqueue: `
-      WITH ins AS (
-        INSERT INTO ${jobs} AS j (task, payload, priority, run_at, max_attempts, backoff_base_ms, backoff_cap_ms, key)
-        VALUES ($1, $2::jsonb, $3, coalesce($4::timestamptz, now()), $5, $6, $7, $8)
+      WITH grp AS (
+        INSERT INTO ${s}.job_groups (key) SELECT $9::text WHERE $9::text IS NOT NULL
+        ON CONFLICT (key) DO NOTHING
+      ),
+      ins AS (
+        INSERT INTO ${jobs} AS j (task, payload, priority, run_at, max_attempts, backoff_base_ms, backoff_cap_ms, key, group_key)
+        VALUES ($1, $2::jsonb, $3, coalesce($4::timestamptz, now()), $5, $6, $7, $8, $9::text)
         ON CONFLICT ${KEY_CONFLICT} DO NOTHING
-        RETURNING j.id, j.task, j.state, j.run_at, j.key
+        RETURNING j.id, j.task, j.state, j.run_at, j.key, j.group_key
       )
-      SELECT id, task, state, run_at, key, true AS created FROM ins
+      SELECT id, task, state, run_at, key, group_key, true AS created FROM ins
       UNION ALL
-      SELECT id, task, state, run_at, key, false AS created FROM ${jobs}
+      SELECT id, task, state, run_at, key, group_key, false AS created FROM ${jobs}
        WHERE $8::text IS NOT NULL AND task = $1 AND key = $8 AND state IN ('pending', 'running')
          AND NOT EXISTS (SELECT 1 FROM ins)`,
-    // Lock: ROW EXCLUSIVE on jobs. One statement for any number of jobs (unnest of two parallel arrays),
+    // Lock: ROW EXCLUSIVE on jobs. One statement for any number of jobs (unnest of parallel arrays),
     // so one round trip, one WAL flush at commit and ONE NOTIFY from the statement-level trigger.
-    // Keyed duplicates (against live jobs or within the batch) are skipped by DO NOTHING.
+    // Keyed duplicates (against live jobs or within the batch) are skipped by DO NOTHING. The groups
+    // ($9) are created if missing (ROW EXCLUSIVE on job_groups, no lock on existing rows), in key order:
+    // two batches creating the same new groups wait for each other in one order, never deadlock.
     enqueueMany: `
-      INSERT INTO ${jobs} (task, payload, priority, run_at, max_attempts, backoff_base_ms, backoff_cap_ms, key)
-      SELECT $1, t.payload, $3, coalesce($4::timestamptz, now()), $5, $6, $7, t.key
-        FROM unnest($2::jsonb[], $8::text[]) WITH ORDINALITY AS t(payload, key, n)
+      WITH grp AS (
+        INSERT INTO ${s}.job_groups (key)
+        SELECT DISTINCT g FROM unnest($9::text[]) AS g WHERE g IS NOT NULL ORDER BY g
+        ON CONFLICT (key) DO NOTHING
+      )
+      INSERT INTO ${jobs} (task, payload, priority, run_at, max_attempts, backoff_base_ms, backoff_cap_ms, key, group_key)
+      SELECT $1, t.payload, $3, coalesce($4::timestamptz, now()), $5, $6, $7, t.key, t.group_key
+        FROM unnest($2::jsonb[], $8::text[], $9::text[]) WITH ORDINALITY AS t(payload, key, group_key, n)
        ORDER BY t.n
       ON CONFLICT ${KEY_CONFLICT} DO NOTHING
       RETURNING id`,
@@ -82,8 +131,18 @@ export function queueStatements(
     // statistics can never turn it into a sort of the whole backlog. Locks and plan choice are explained
     // there: FOR UPDATE row locks on the chosen pending rows, SKIP LOCKED, held only for this autocommit
     // statement; the lease (token + expiry) marks the job as taken afterwards.
+    // Migration 3 makes it keep the group counters true (a grouped job it claims counts as running).
     claim: `
       SELECT ${JOB_COLUMNS} FROM ${s}.claim_jobs($1::int, $2::float8, $3::text[]) AS j`,
+    // The claim of a queue with limits (groups, task rates): the function claim_jobs_limited of migration
+    // 3, one plpgsql call in this autocommit statement. Locks (explained there): FOR UPDATE SKIP LOCKED on
+    // the candidate groups and rated tasks (their counters read on the newest version and held until the
+    // statement ends), then FOR UPDATE SKIP LOCKED on the chosen jobs; it never waits for a lock. A row
+    // with a NULL id is not a job: its wait_ms says when a full rate window frees a place.
+    claimLimited: `
+      SELECT ${JOB_COLUMNS}, r.wait_ms
+        FROM ${s}.claim_jobs_limited($1::int, $2::float8, $3::text[], $4::jsonb) AS r
+        CROSS JOIN LATERAL (SELECT (r.job).*) AS j`,
     // Lock: FOR UPDATE (row lock of DELETE) on each job still running under its lease token. Fenced by
     // id + lease_token + state: a settle whose lease was lost (reaped, re-claimed, cancelled) matches
     // nothing and changes nothing. One statement for a whole batch (unnest). Done jobs are deleted (or
@@ -94,13 +153,14 @@ export function queueStatements(
         DELETE FROM ${jobs} j
          USING unnest($1::bigint[], $2::uuid[]) AS i(id, token)
          WHERE j.id = i.id AND j.lease_token = i.token AND j.state = 'running'
-        RETURNING j.id, j.task, j.payload, j.attempts, j.key, j.last_error, j.created_at, j.progress
-      )${archiveDone('done', 'done')}
-      SELECT coalesce(array_agg(id::text), '{}') AS ids FROM done`,
+        RETURNING j.id, j.task, j.payload, j.attempts, j.key, j.last_error, j.created_at, j.progress, j.group_key
+      )${archiveDone('done', 'done')}${slots('done')}
+      SELECT (SELECT coalesce(array_agg(id::text), '{}') FROM done) AS ids, ${woke}`,
     // Lock: FOR NO KEY UPDATE (row lock of an UPDATE that leaves keys alone) on each job still running
     // under its token. Fenced like complete. Retry at now() + explicit delay, or the job's backoff with
-    // full jitter; dead once attempts are used up (or when final).
+    // full jitter; dead once attempts are used up (or when final). Frees the group slots.
     fail: `
+      WITH failed AS (
       UPDATE ${jobs} j
          SET state = CASE WHEN i.final OR j.attempts >= j.max_attempts THEN 'dead' ELSE 'pending' END,
              run_at = CASE WHEN i.final OR j.attempts >= j.max_attempts THEN j.run_at
@@ -109,7 +169,9 @@ export function queueStatements(
              last_error = i.error, lease_token = NULL, lease_expires_at = NULL, updated_at = now()
         FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::float8[], $5::boolean[]) AS i(id, token, error, delay_ms, final)
        WHERE j.id = i.id AND j.lease_token = i.token AND j.state = 'running'
-      RETURNING j.id, j.state, j.run_at`,
+      RETURNING j.id, j.state, j.run_at, j.group_key
+      )${slots('failed')}
+      SELECT f.id, f.state, f.run_at, w.woke FROM failed f, (SELECT ${woke}) w`,
     // Lock: FOR NO KEY UPDATE on each job still running under its token (heartbeat). Fenced.
     extend: `
       UPDATE ${jobs} j SET lease_expires_at = now() + $3 * interval '1 millisecond', updated_at = now()
@@ -117,19 +179,22 @@ export function queueStatements(
        WHERE j.id = i.id AND j.lease_token = i.token AND j.state = 'running'
       RETURNING j.id, j.lease_expires_at`,
     // Lock: FOR NO KEY UPDATE on each job still running under its token. Gives jobs back on shutdown
-    // without charging the attempt (the handler did not fail). Fenced.
+    // without charging the attempt (the handler did not fail). Fenced. Frees the group slots.
     release: `
+      WITH released AS (
       UPDATE ${jobs} j
          SET state = 'pending', attempts = greatest(j.attempts - 1, 0), run_at = now(),
              lease_token = NULL, lease_expires_at = NULL, updated_at = now()
         FROM unnest($1::bigint[], $2::uuid[]) AS i(id, token)
        WHERE j.id = i.id AND j.lease_token = i.token AND j.state = 'running'
-      RETURNING j.id`,
+      RETURNING j.id, j.group_key
+      )${slots('released')}
+      SELECT r.id, w.woke FROM released r, (SELECT ${woke}) w`,
     // Lock: FOR UPDATE SKIP LOCKED on a batch of expired leases, then the UPDATE's row locks until the
     // statement ends. SKIP LOCKED: a job being settled right now (its row locked by a complete/fail) is
     // left alone, and several reapers never wait on each other. Fenced again in the UPDATE on state and
     // lease expiry (a lease extended meanwhile is not reaped). An expired lease is a failed attempt:
-    // back to pending after the job's backoff, or dead when attempts are used up.
+    // back to pending after the job's backoff, or dead when attempts are used up. Frees the group slots.
     reap: `
       WITH expired AS MATERIALIZED (
         SELECT id FROM ${jobs}
@@ -137,7 +202,8 @@ export function queueStatements(
          ORDER BY lease_expires_at
          LIMIT $1
          FOR UPDATE SKIP LOCKED
-      )
+      ),
+      reaped AS (
       UPDATE ${jobs} j
          SET state = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'pending' END,
              run_at = CASE WHEN j.attempts >= j.max_attempts THEN j.run_at
@@ -147,21 +213,25 @@ export function queueStatements(
              lease_token = NULL, lease_expires_at = NULL, updated_at = now()
         FROM expired e
        WHERE j.id = e.id AND j.state = 'running' AND j.lease_expires_at < now()
-      RETURNING j.id, j.state`,
+      RETURNING j.id, j.state, j.group_key
+      )${slots('reaped')}
+      SELECT r.id, r.state, w.woke FROM reaped r, (SELECT ${woke}) w`,
     // Lock: FOR UPDATE (DELETE) on one job in any state; waits for a settle in flight on that row (if
     // that settle commits first, the job is gone and this matches nothing: NotFound), then removes it.
-    // Returns the state it was in. A running job's id is sent on the cancel channel (pg_notify, delivered
-    // when this autocommit statement commits): the worker running it hears it on its LISTEN session and
-    // aborts the handler's signal; its later settle matches nothing (the row is gone), so it writes
-    // nothing. Without LISTEN, that worker's heartbeat finds the lease gone.
+    // Returns the state it was in. A running job frees its group's slot (the group row's lock, as in
+    // every settle) and its id is sent on the cancel channel (pg_notify, delivered when this autocommit
+    // statement commits): the worker running it hears it on its LISTEN session and aborts the handler's
+    // signal; its later settle matches nothing (the row is gone), so it writes nothing. Without LISTEN,
+    // that worker's heartbeat finds the lease gone.
     cancel: `
       WITH gone AS (
         DELETE FROM ${jobs} j WHERE j.id = $1::bigint
-        RETURNING j.id, j.task, j.payload, j.state, j.attempts, j.key, j.last_error, j.created_at, j.progress
-      )${archiveDone('cancelled', 'gone')}
-      SELECT id::text AS id, state,
-             CASE WHEN state = 'running' THEN pg_notify(${pg.escapeLiteral(options.cancelChannel)}, id::text) END AS notified
-        FROM gone`,
+        RETURNING j.id, j.task, j.payload, j.state, j.attempts, j.key, j.last_error, j.created_at, j.progress, j.group_key
+      )${archiveDone('cancelled', 'gone')}${slots("(SELECT group_key FROM gone WHERE state = 'running')")}
+      SELECT g.id::text AS id, g.state,
+             CASE WHEN g.state = 'running' THEN pg_notify(${pg.escapeLiteral(options.cancelChannel)}, g.id::text) END AS notified,
+             w.woke
+        FROM gone g, (SELECT ${woke}) w`,
     // Lock: FOR NO KEY UPDATE on the one job, only while it is still running under the caller's lease
     // token (fenced like complete: a lost lease matches nothing and writes nothing). updated_at is left
     // alone so the row version can stay a HOT update (progress is in no index).

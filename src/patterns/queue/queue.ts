@@ -13,8 +13,10 @@ import {
 import { guardClientErrors } from '../../tx/guard-client-errors.js';
 import type { Db, Queryable } from '../../tx/types.js';
 import { errorText } from './error-text.js';
+import { limitsDeclaration } from './group-limits.js';
 import { type EnqueuedJob, type Job, type JobLease, type JobRow, type JobState, jobFromRow } from './job.js';
 import type {
+  ClaimedBatch,
   CompleteManyResult,
   FailItem,
   FailResult,
@@ -34,6 +36,7 @@ import {
   parseOptions,
   pruneOptionsSchema,
   queueOptionsSchema,
+  type rateSchema,
   reapOptionsSchema,
   redriveOptionsSchema,
 } from './queue-options.js';
@@ -57,7 +60,7 @@ import { storableJson } from './storable-json.js';
 import type { WorkHandlers, WorkOptionsInput } from './work-options.js';
 import { QueueWorker } from './worker.js';
 
-export type { CompleteManyResult, FailItem, FailResult, QueueTxManager, ReapResult, TaskMap };
+export type { ClaimedBatch, CompleteManyResult, FailItem, FailResult, QueueTxManager, ReapResult, TaskMap };
 
 /** Options of {@link Queue} (see `queueOptionsSchema` for every field). */
 export type QueueOptions<T extends TaskMap> = Omit<
@@ -81,6 +84,23 @@ export type QueueOptions<T extends TaskMap> = Omit<
    */
   readonly requires?: { readonly [K in keyof T]?: readonly string[] };
 };
+/**
+ * The `groups` option of {@link Queue}: group key → its limits; `default` applies to every group not
+ * named.
+ *
+ * @example
+ * const groups: GroupsOption = { default: { concurrency: 1 }, 'customer-big': { concurrency: 4, rate: { limit: 100, per: '1m' } } };
+ */
+export type GroupsOption = NonNullable<z.input<typeof queueOptionsSchema>['groups']>;
+/** The limits of one group (see {@link GroupsOption}). */
+export type GroupLimits = GroupsOption[string];
+/**
+ * A rate limit: at most `limit` claims in any interval of `per`.
+ *
+ * @example
+ * const rate: RateLimit = { limit: 10, per: '1s' };
+ */
+export type RateLimit = z.input<typeof rateSchema>;
 /** Options of {@link Queue.enqueue}. */
 export type EnqueueOptions = z.input<typeof enqueueOptionsSchema>;
 /** Options of {@link Queue.enqueueMany}. */
@@ -239,6 +259,8 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
   readonly #schedules: ScheduleContext;
   /** Task → capabilities a worker needs to claim it (`requires`). */
   readonly requires: Readonly<Record<string, readonly string[]>>;
+  /** The declared group and task limits (jsonb for the limited claim), or undefined: the plain claim. */
+  readonly #limits: string | undefined;
 
   /**
    * Creates a queue handle (sends nothing to the database; call {@link Queue.migrate} once at start-up).
@@ -279,6 +301,7 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
       );
     }
     this.requires = Object.freeze({ ...o.requires });
+    this.#limits = limitsDeclaration(o.groups, o.taskRates);
     const declared = declareSchedules(options.schedules, options.tasks);
     if (declared.isErr()) throw declared.error;
     this.#schedules = {
@@ -360,11 +383,13 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
    * exists iff it commits: a transactional outbox), or the pool for a standalone insert. The payload
    * is validated by the task's schema first: `UnknownTask` or `InvalidOptions` and nothing inserted.
    * With `key`, a live (pending or running) job of the task with the same key is returned instead of
-   * inserting a duplicate (`created: false`).
+   * inserting a duplicate (`created: false`). With `group`, the job counts against that group's limits
+   * (the queue's `groups` option): e.g. one job per customer at a time.
    *
    * @example
    * const job = await queue.enqueue(tx, 'email', { to: 'a@example.com' }, { key: 'welcome:42', priority: -1 });
    * if (job.isOk() && !job.value.created) console.log('already queued', job.value.id);
+   * await queue.enqueue(tx, 'email', { to: 'b@example.com' }, { group: 'customer-42' });
    */
   enqueue<K extends keyof T & string>(
     db: Db,
@@ -387,6 +412,7 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
       backoff.baseMs,
       backoff.capMs,
       o.key ?? null,
+      o.group ?? null,
     ];
     type Row = {
       id: string;
@@ -394,6 +420,7 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
       state: JobState;
       run_at: Date;
       key: string | null;
+      group_key: string | null;
       created: boolean;
     };
     const attempt = (left: number): ResultAsync<EnqueuedJob, EnqueueError> =>
@@ -411,6 +438,7 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
           state: row.state,
           runAt: row.run_at,
           key: row.key,
+          group: row.group_key,
           created: row.created,
         });
       });
@@ -420,10 +448,12 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
   /**
    * Adds many jobs of one task in ONE statement (unnest), with one NOTIFY: thousands per round trip.
    * Every payload is validated first; one invalid payload fails the whole call and inserts nothing.
+   * `group` puts every job in one group, `groups` gives one group (or null) per payload.
    *
    * @example
    * const r = await queue.enqueueMany(pool, 'email', users.map((u) => ({ to: u.email })));
    * if (r.isOk()) console.log(r.value.ids.length);
+   * await queue.enqueueMany(pool, 'email', users.map((u) => ({ to: u.email })), { groups: users.map((u) => `customer-${u.customerId}`) });
    */
   enqueueMany<K extends keyof T & string>(
     db: Db,
@@ -442,6 +472,11 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
     if (o.keys !== undefined && o.keys.length !== payloads.length) {
       return errAsync(
         new InvalidOptions([{ path: ['keys'], message: 'needs one key (or null) per payload' }]),
+      );
+    }
+    if (o.groups !== undefined && o.groups.length !== payloads.length) {
+      return errAsync(
+        new InvalidOptions([{ path: ['groups'], message: 'needs one group (or null) per payload' }]),
       );
     }
     const values: string[] = [];
@@ -470,6 +505,7 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
       backoff.baseMs,
       backoff.capMs,
       o.keys ?? values.map(() => null),
+      o.groups ?? values.map(() => o.group ?? null),
     ]).map((res) => ({ ids: res.rows.map((r) => String(r.id)), skipped: values.length - res.rows.length }));
   }
 
@@ -482,14 +518,40 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
    * const jobs = await queue.claim({ batch: 10, lease: '1m' });
    */
   claim(options: ClaimOptions = {}): ResultAsync<Job[], InvalidOptions | DatabaseFailure> {
+    return this.claimBatch(options).map((b) => b.jobs);
+  }
+
+  /**
+   * As {@link Queue.claim}, and says how long a rate limit holds the remaining ready jobs back
+   * (`waitMs`, when one did). On a queue with `groups` or `taskRates`, the claim skips the jobs of full
+   * groups and takes the jobs behind them; the limits are checked and counted under the group's row lock
+   * in the same statement, so no number of concurrent claimers can exceed them.
+   *
+   * @example
+   * const r = await queue.claimBatch({ batch: 10 });
+   * if (r.isOk() && r.value.jobs.length === 0 && r.value.waitMs !== undefined) await sleep(r.value.waitMs);
+   */
+  claimBatch(options: ClaimOptions = {}): ResultAsync<ClaimedBatch, InvalidOptions | DatabaseFailure> {
     const parsed = parseOptions(claimOptionsSchema, options);
     if (parsed.isErr()) return errAsync(parsed.error);
     const o = parsed.value;
-    return run<JobRow>(this.pool, this.#sql.claim, [
-      o.batch,
-      o.lease ?? this.leaseMs,
-      o.tasks ?? this.taskNames,
-    ]).map((res) => res.rows.map(jobFromRow));
+    const params = [o.batch, o.lease ?? this.leaseMs, o.tasks ?? this.taskNames];
+    if (this.#limits === undefined) {
+      return run<JobRow>(this.pool, this.#sql.claim, params).map((res) => ({
+        jobs: res.rows.map(jobFromRow),
+        waitMs: undefined,
+      }));
+    }
+    type Row = Omit<JobRow, 'id'> & { id: string | null; wait_ms: number | null };
+    return run<Row>(this.pool, this.#sql.claimLimited, [...params, this.#limits]).map((res) => {
+      const jobs: Job[] = [];
+      let waitMs: number | undefined;
+      for (const row of res.rows) {
+        if (row.id === null) waitMs = row.wait_ms ?? undefined;
+        else jobs.push(jobFromRow({ ...row, id: row.id }));
+      }
+      return { jobs, waitMs };
+    });
   }
 
   /**

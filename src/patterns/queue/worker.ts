@@ -313,10 +313,12 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
         continue;
       }
       let claimed: Job[];
+      let rateWaitMs: number | undefined;
       try {
-        const r = await this.#store.claim({ batch: want, lease: this.#leaseMs, tasks: this.#tasks });
+        const r = await this.#store.claimBatch({ batch: want, lease: this.#leaseMs, tasks: this.#tasks });
         if (r.isErr()) throw r.error;
-        claimed = r.value;
+        claimed = r.value.jobs;
+        rateWaitMs = r.value.waitMs;
         failures = 0;
       } catch (e) {
         this.#error(e, 'claim');
@@ -334,7 +336,11 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
       const now = Date.now();
       for (const job of claimed) this.#buffer.push({ job, lastExtendAt: now });
       this.#drain();
-      if (claimed.length < want) await this.#wake.wait(this.#o.pollInterval);
+      // A short claim took every job it could: wait for a NOTIFY (an enqueue, or a settle freeing a slot
+      // of a group with ready jobs), the poll interval, or the earliest rate window to free a place —
+      // never a hot loop over jobs held back by their limits.
+      if (claimed.length < want)
+        await this.#wake.wait(Math.min(this.#o.pollInterval, Math.max(1, rateWaitMs ?? Infinity)));
     }
   }
 

@@ -1,3 +1,5 @@
+import { claimChoose, claimLease } from './claim-steps.js';
+
 /**
  * Queue migration 2: the claim statement as a function with a pinned plan, and autovacuum settings.
  * '{{schema}}' is replaced by the quoted schema name and '{{channel}}' by the quoted NOTIFY channel
@@ -40,16 +42,9 @@ CREATE FUNCTION {{schema}}.claim_jobs(n integer, lease_ms double precision, task
   LANGUAGE sql VOLATILE
   SET enable_sort = off
 AS $$
-  WITH c AS MATERIALIZED (
-    SELECT id FROM {{schema}}.jobs
-     WHERE state = 'pending' AND run_at <= now() AND task = ANY(tasks)
-     ORDER BY priority, run_at, id
-     LIMIT n
-     FOR UPDATE SKIP LOCKED
-  )
+  WITH ${claimChoose('{{schema}}')}
   UPDATE {{schema}}.jobs j
-     SET state = 'running', attempts = j.attempts + 1, lease_token = gen_random_uuid(),
-         lease_expires_at = now() + lease_ms * interval '1 millisecond', updated_at = now()
+     ${claimLease}
     FROM c
    WHERE j.id = c.id
   RETURNING j.*

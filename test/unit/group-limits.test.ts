@@ -1,0 +1,33 @@
+import { describe, expect, it } from 'vitest';
+import { limitsDeclaration } from '../../src/patterns/queue/group-limits.js';
+import { parseOptions, queueOptionsSchema } from '../../src/patterns/queue/queue-options.js';
+
+const base = { pool: { connect() {}, query() {} }, txManager: { do() {} }, tasks: {} };
+
+describe('limitsDeclaration', () => {
+  it('is undefined when nothing is limited: the plain claim', () => {
+    expect(limitsDeclaration(undefined, undefined)).toBeUndefined();
+    expect(limitsDeclaration({}, {})).toBeUndefined();
+  });
+
+  it('carries the default, the named groups and the task rates, durations in ms', () => {
+    const parsed = parseOptions(queueOptionsSchema, {
+      ...base,
+      groups: { default: { concurrency: 1 }, vip: { concurrency: 4, rate: { limit: 100, per: '1m' } } },
+      taskRates: { email: { limit: 10, per: '1s' } },
+    })._unsafeUnwrap();
+    expect(JSON.parse(limitsDeclaration(parsed.groups, parsed.taskRates) ?? 'null')).toEqual({
+      default: { concurrency: 1 },
+      groups: { vip: { concurrency: 4, rate: { limit: 100, perMs: 60_000 } } },
+      tasks: { email: { limit: 10, perMs: 1000 } },
+    });
+  });
+
+  it('refuses a group limit with neither concurrency nor rate, and a window under 1 ms', () => {
+    for (const groups of [{ default: {} }, { g: { rate: { limit: 1, per: 0 } } }]) {
+      expect(parseOptions(queueOptionsSchema, { ...base, groups })._unsafeUnwrapErr().kind).toBe(
+        'InvalidOptions',
+      );
+    }
+  });
+});
