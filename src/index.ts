@@ -41,6 +41,7 @@ export {
   UniqueViolation,
   UnknownTask,
 } from './errors/index.js';
+export * from './observability/index.js';
 export * from './patterns/advisory/index.js';
 export * from './patterns/index.js';
 export * from './patterns/queue/index.js';

@@ -6,6 +6,7 @@ import type {
   NotNullViolation,
   UniqueViolation,
 } from '../errors/index.js';
+import { loggerSchema } from '../observability/logger.js';
 import { durationSchema } from './duration.js';
 import type { TxHooks } from './hooks.js';
 import type { TxOptions } from './tx-options.js';
@@ -50,6 +51,8 @@ export const txManagerOptionsSchema = z
       })
       .strict()
       .optional(),
+    /** A pino-compatible logger: retries (debug), slow transactions (warn), pool and callback errors (error). */
+    logger: loggerSchema.optional(),
     /** Constraint name → domain error builder. */
     constraints: z.record(z.string().min(1), fn).optional(),
     /** Throw when the pool is queried directly while a transaction is active in the same async context. */

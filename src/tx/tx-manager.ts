@@ -173,7 +173,7 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
     this.strict = parsed.data.strict;
     this.#defaults = options.defaults ?? {};
     this.#defaultSettings = defaults.value.signal === undefined ? defaults.value : undefined;
-    this.#hooks = new HookRunner(options.hooks ?? {});
+    this.#hooks = new HookRunner(options.hooks ?? {}, parsed.data.logger);
     this.#constraints = options.constraints ?? {};
     this.#attemptContext = {
       hooks: this.#hooks,

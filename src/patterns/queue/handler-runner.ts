@@ -1,5 +1,6 @@
 import { err, ok, type ResultAsync } from 'neverthrow';
 import { LeaseLost, type TxKitError } from '../../errors/errors.js';
+import type { LogSink } from '../../observability/log-sink.js';
 import type { Tx } from '../../tx/types.js';
 import { errorText } from './error-text.js';
 import type { Job } from './job.js';
@@ -57,6 +58,8 @@ export interface HandlerRunnerOptions {
   readonly leaseMs: number;
   readonly handlerTimeout: number | undefined;
   readonly hooks: WorkerHooks | undefined;
+  /** Where a handler past its timeout is reported. */
+  readonly log?: LogSink | undefined;
 }
 
 /** The context a handler gets: `signal` is created on first read, `transaction` completes the job in it. */
@@ -226,6 +229,16 @@ export class HandlerRunner {
     return dropped;
   }
 
+  #timedOut(running: Running, ms: number): void {
+    const { job } = running;
+    this.#o.log?.warn(
+      'handler-timeout',
+      { jobId: job.id, task: job.task, attempt: job.attempts, timeoutMs: ms },
+      `handler of job ${job.id} (${job.task}) ran past its ${ms} ms timeout: its signal is aborted and the attempt fails`,
+    );
+    this.#abort(running, 'timeout', new HandlerTimeoutError(ms));
+  }
+
   #abort(running: Running, why: AbortWhy, reason: unknown): void {
     if (running.why !== undefined) return;
     running.why = why;
@@ -262,8 +275,7 @@ export class HandlerRunner {
   async #handle(running: Running, handler: JobHandler<unknown>): Promise<{ error: unknown } | undefined> {
     let timer: ReturnType<typeof setTimeout> | undefined;
     const ms = this.#o.handlerTimeout;
-    if (ms !== undefined)
-      timer = setTimeout(() => this.#abort(running, 'timeout', new HandlerTimeoutError(ms)), ms);
+    if (ms !== undefined) timer = setTimeout(() => this.#timedOut(running, ms), ms);
     try {
       const result = handler(running.job, new RunContext(running, this.#store));
       // A synchronous handler is done already; a promise is raced with the run's abort.

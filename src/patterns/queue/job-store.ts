@@ -1,5 +1,6 @@
 import type { ResultAsync } from 'neverthrow';
 import type { DatabaseFailure, InvalidOptions } from '../../errors/errors.js';
+import type { Logger } from '../../observability/logger.js';
 import type { Db, Tx } from '../../tx/types.js';
 import type { Job, JobLease, JobState } from './job.js';
 import type { PayloadSchema } from './payload-schema.js';
@@ -62,6 +63,8 @@ export interface ReapResult {
  * const jobs = await store.claim({ batch: 10, lease: 30_000, tasks: ['email'] });
  */
 export interface JobStore {
+  /** The queue's `logger` option (the workers' log lines), if given. */
+  readonly logger: Logger | undefined;
   /** The NOTIFY channel workers LISTEN on. */
   readonly channel: string;
   /** Default lease of a claim, in ms. */

@@ -1,4 +1,5 @@
 import { z } from 'zod/v4';
+import { loggerSchema } from '../../observability/logger.js';
 import { durationSchema } from '../../tx/duration.js';
 import { isPayloadSchema, type PayloadSchema } from './payload-schema.js';
 import { isJobId } from './split-leases.js';
@@ -60,6 +61,8 @@ export const queueOptionsSchema = z.strictObject({
   backoff: backoffSchema.default({ baseMs: 1000, capMs: 3_600_000 }),
   /** Default lease of a claim. */
   lease: durationSchema.default(30_000),
+  /** A pino-compatible logger for the workers (without one: errors to console.error, rate-limited). */
+  logger: loggerSchema.optional(),
 });
 
 /**

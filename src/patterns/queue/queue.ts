@@ -10,6 +10,7 @@ import {
   type TxKitError,
   UnknownTask,
 } from '../../errors/errors.js';
+import type { Logger } from '../../observability/logger.js';
 import { guardClientErrors } from '../../tx/guard-client-errors.js';
 import type { Db, Queryable } from '../../tx/types.js';
 import { errorText } from './error-text.js';
@@ -155,6 +156,8 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
   readonly taskNames: readonly string[];
   /** Default lease in ms. */
   readonly leaseMs: number;
+  /** The `logger` option: where the workers' log lines go (else console.error, rate-limited). */
+  readonly logger: Logger | undefined;
   readonly #tasks: T;
   readonly #sql: QueueStatements;
   readonly #maxAttempts: number;
@@ -181,6 +184,7 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
     this.#tasks = options.tasks;
     this.taskNames = Object.freeze(Object.keys(options.tasks));
     this.leaseMs = o.lease;
+    this.logger = o.logger;
     this.#maxAttempts = o.maxAttempts;
     this.#backoff = o.backoff;
     this.#sql = queueStatements(o.schema, { archive: o.archive, channel: this.channel });

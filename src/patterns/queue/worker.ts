@@ -1,3 +1,4 @@
+import { LogSink } from '../../observability/log-sink.js';
 import { type BufferedJob, HandlerRunner } from './handler-runner.js';
 import type { Job } from './job.js';
 import { JobListener } from './job-listener.js';
@@ -41,6 +42,8 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
   readonly #batcher: SettleBatcher;
   readonly #runner: HandlerRunner;
   readonly #listener: JobListener | undefined;
+  /** The queue's logger, or the rate-limited console: errors are never silent. */
+  readonly #log: LogSink;
   readonly #counters = {
     started: 0,
     completed: 0,
@@ -66,6 +69,7 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
     if (parsed.isErr()) throw parsed.error;
     this.#o = parsed.value;
     this.#store = store;
+    this.#log = new LogSink(store.logger, 'pg-txkit queue worker');
     this.#leaseMs = this.#o.lease ?? store.leaseMs;
     this.#prefetch = this.#o.prefetch === 'auto' ? 0 : this.#o.prefetch;
     const byTask = handlers as Readonly<Record<string, JobHandler<unknown> | undefined>>;
@@ -83,6 +87,7 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
         leaseMs: this.#leaseMs,
         handlerTimeout: this.#o.handlerTimeout,
         hooks: this.#o.hooks,
+        log: this.#log,
       },
       {
         onSlotFree: () => this.#slotFree(),
@@ -196,8 +201,12 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
     }
   }
 
-  #error(error: unknown, phase: WorkerPhase): void {
+  /** Reports an error: hooks.onError and the log (a streak's repeats at debug, after its first line). */
+  #error(error: unknown, phase: WorkerPhase, streak = 1): void {
     this.#counters.errors++;
+    const fields = { err: error, phase, channel: this.#store.channel, streak };
+    if (streak > 1) this.#log.debug(phase, fields, `${phase} failed again (${streak} in a row)`);
+    else this.#log.error(phase, fields, `${phase} failed; the worker keeps trying`);
     try {
       this.#o.hooks?.onError?.(error, phase);
     } catch {
@@ -255,9 +264,16 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
         const r = await this.#store.claim({ batch: want, lease: this.#leaseMs, tasks: this.#tasks });
         if (r.isErr()) throw r.error;
         claimed = r.value;
+        if (failures > 0) {
+          this.#log.info(
+            'claim',
+            { phase: 'claim', failures },
+            `claims work again after ${failures} failures`,
+          );
+        }
         failures = 0;
       } catch (e) {
-        this.#error(e, 'claim');
+        this.#error(e, 'claim', failures + 1);
         failures++;
         // Back off on a failing database (bounded), but wake on stop.
         await this.#wake.wait(Math.min(this.#o.pollInterval, 100 * 2 ** Math.min(failures, 5)));

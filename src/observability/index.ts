@@ -1,0 +1,1 @@
+export type { Logger, LogLevel } from './logger.js';
