@@ -9,6 +9,8 @@ import {
   type TxError,
   TxKitError,
 } from '../errors/index.js';
+import { resolveOpenTelemetry } from '../observability/otel-api.js';
+import { type TxCall, type TxMetrics, TxTelemetry } from '../observability/tx-telemetry.js';
 import { acquireClient } from './acquire-client.js';
 import { beginSql } from './begin-sql.js';
 import { guardClientErrors } from './guard-client-errors.js';
@@ -93,6 +95,9 @@ function primitiveKey(options: unknown): string | undefined {
   }
 }
 
+/** How an outermost transaction ended, for its span and counters. */
+type TxOutcome = { readonly committed: true } | { readonly committed: false; readonly error: unknown };
+
 /** Wait for a second client in `requiresNew` inside a transaction, when no `acquireTimeout` is given. */
 const REQUIRES_NEW_ACQUIRE_MS = 2000;
 
@@ -139,6 +144,8 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
   /** `#defaults` parsed, when they hold no per-call state (no signal): reused by calls without options. */
   readonly #defaultSettings: TxSettings | undefined;
   readonly #hooks: HookRunner;
+  /** Counters, and spans/metrics when OpenTelemetry is present. */
+  readonly #telemetry: TxTelemetry;
   readonly #constraints: ConstraintMap;
   /** What every attempt of this manager shares (hooks, the status reader, the slow threshold). */
   readonly #attemptContext: AttemptContext;
@@ -175,6 +182,7 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
     this.#defaultSettings = defaults.value.signal === undefined ? defaults.value : undefined;
     this.#hooks = new HookRunner(options.hooks ?? {}, parsed.data.logger);
     this.#constraints = options.constraints ?? {};
+    this.#telemetry = new TxTelemetry(resolveOpenTelemetry(options.telemetry), pool.options);
     this.#attemptContext = {
       hooks: this.#hooks,
       statuses: new TransactionStatuses(pool),
@@ -253,6 +261,19 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
    */
   current(): Tx | undefined {
     return this.#currentHandle();
+  }
+
+  /**
+   * Counters of this manager since it was created: transactions, commits, attempts, retries and
+   * failures by error kind. Exact and in process (no query); the same numbers go to OpenTelemetry
+   * metrics when `@opentelemetry/api` is present.
+   *
+   * @example
+   * const { attempts, retries } = tm.metrics();
+   * console.log(attempts, retries.SerializationFailure ?? 0);
+   */
+  metrics(): TxMetrics {
+    return this.#telemetry.snapshot();
   }
 
   #currentHandle(): TxHandle | undefined {
@@ -461,7 +482,7 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
     });
   }
 
-  /** An outermost transaction: the retry engine around {@link TxManager.#attempt}. */
+  /** An outermost transaction: the retry engine around {@link TxManager.#attempt}, observed. */
   async #outermost(
     fn: TxCallback<unknown>,
     settings: TxSettings,
@@ -470,9 +491,33 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
     const signal = settings.signal;
     if (signal?.aborted) throw signal.reason;
     const startedAt = performance.now();
+    const call = this.#telemetry.start(settings);
+    let outcome: TxOutcome = { committed: false, error: undefined };
+    try {
+      const result = await this.#retrying(fn, settings, independent, startedAt, call);
+      outcome = result.isOk() ? { committed: true } : { committed: false, error: result.error };
+      return result;
+    } catch (error) {
+      outcome = { committed: false, error };
+      throw error;
+    } finally {
+      this.#telemetry.ended(outcome, startedAt);
+      call?.end(outcome);
+    }
+  }
+
+  async #retrying(
+    fn: TxCallback<unknown>,
+    settings: TxSettings,
+    independent: boolean,
+    startedAt: number,
+    call: TxCall | undefined,
+  ): Promise<Result<unknown, unknown>> {
     const retried = await withRetry<AttemptEnd>(
       async (n) => {
-        const end = await this.#attempt(fn, settings, n, independent, startedAt);
+        const run = () => this.#attempt(fn, settings, n, independent, startedAt);
+        const end = call === undefined ? await run() : await call.attempt(n, run);
+        this.#telemetry.attempted(end);
         if (end.type === 'failure' && isRetryable(end.failure, settings.retryOn)) {
           return { done: false, failure: end.failure };
         }
@@ -482,9 +527,12 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
         maxAttempts: settings.maxAttempts,
         backoff: settings.backoff,
         deadlineMs: settings.deadline,
-        signal,
-        onRetry: (attempt, error, delayMs) =>
-          this.#hooks.retry({ name: settings.name, attempt, error, delayMs }),
+        signal: settings.signal,
+        onRetry: (attempt, error, delayMs) => {
+          this.#telemetry.retried(error.kind);
+          call?.retried(attempt, error.kind, delayMs);
+          this.#hooks.retry({ name: settings.name, attempt, error, delayMs });
+        },
       },
     );
     if (retried.isErr()) return err(retried.error);
