@@ -1,4 +1,7 @@
-import { createRequire } from 'node:module';
+// A namespace import: a bundle whose banner declares its own `createRequire` (the usual ESM banner for
+// CommonJS dependencies) would clash with a named one.
+import * as nodeModule from 'node:module';
+import { z } from 'zod/v4';
 
 /** Attribute values as OpenTelemetry takes them. */
 export type OtelAttributes = Record<string, string | number | boolean | undefined>;
@@ -80,6 +83,7 @@ export interface OpenTelemetryApi {
   readonly trace: {
     getTracer(name: string, version?: string): OtelTracer;
     setSpan(context: OtelContext, span: OtelSpan): OtelContext;
+    getSpanContext(context: OtelContext): OtelSpanContext | undefined;
   };
   readonly context: {
     active(): OtelContext;
@@ -121,7 +125,7 @@ export function resolveOpenTelemetry(option: unknown): OpenTelemetryApi | undefi
   if (option === false) return undefined;
   if (option !== undefined) return isApi(option) ? option : undefined;
   try {
-    const found: unknown = createRequire(import.meta.url)('@opentelemetry/api');
+    const found: unknown = nodeModule.createRequire(import.meta.url)('@opentelemetry/api');
     return isApi(found) ? found : undefined;
   } catch {
     return undefined;
@@ -132,3 +136,9 @@ export function resolveOpenTelemetry(option: unknown): OpenTelemetryApi | undefi
 export function isTelemetryOption(value: unknown): value is TelemetryOption {
   return value === undefined || value === false || isApi(value);
 }
+
+/** The `telemetry` option's schema (the same in every options object that takes one). */
+export const telemetrySchema = z.custom<TelemetryOption>(
+  isTelemetryOption,
+  'the @opentelemetry/api module, or false',
+);

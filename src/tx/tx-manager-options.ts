@@ -7,7 +7,7 @@ import type {
   UniqueViolation,
 } from '../errors/index.js';
 import { loggerSchema } from '../observability/logger.js';
-import { isTelemetryOption, type TelemetryOption } from '../observability/otel-api.js';
+import { type TelemetryOption, telemetrySchema } from '../observability/otel-api.js';
 import { durationSchema } from './duration.js';
 import type { TxHooks } from './hooks.js';
 import type { TxOptions } from './tx-options.js';
@@ -58,9 +58,7 @@ export const txManagerOptionsSchema = z
      * OpenTelemetry: the `@opentelemetry/api` module (`import * as otel from '@opentelemetry/api'`),
      * `false` for none; by default the installed one is found (none installed: no telemetry).
      */
-    telemetry: z
-      .custom<TelemetryOption>(isTelemetryOption, 'the @opentelemetry/api module, or false')
-      .optional(),
+    telemetry: telemetrySchema.optional(),
     /** Constraint name → domain error builder. */
     constraints: z.record(z.string().min(1), fn).optional(),
     /** Throw when the pool is queried directly while a transaction is active in the same async context. */

@@ -264,6 +264,7 @@ export class HandlerRunner {
 
   #end(job: Job, durationMs: number, outcome: JobOutcome, error?: unknown): void {
     this.#events.onOutcome(outcome);
+    this.#store.telemetry.processed(job.task, outcome, error);
     if (this.#o.hooks?.onJobEnd === undefined) return;
     this.#hook(
       'onJobEnd',
@@ -306,14 +307,21 @@ export class HandlerRunner {
     const { job } = running;
     this.#hook('onJobStart', job);
     const handler = this.#o.handlers[job.task];
+    // The processing span (OpenTelemetry), linked to the enqueuing one; undefined when nothing records.
+    const span = this.#store.telemetry.process(job);
     const failure =
       handler === undefined
         ? { error: new Error(`no handler for task "${job.task}"`) }
-        : await this.#handle(running, handler);
+        : await (span === undefined
+            ? this.#handle(running, handler)
+            : span.run(() => this.#handle(running, handler)));
     const durationMs = Date.now() - running.startedAt;
     // The settle below is batched and fenced; the slot does not wait for it.
     this.#free(job.id);
-    const end = (outcome: JobOutcome, error?: unknown) => this.#end(job, durationMs, outcome, error);
+    const end = (outcome: JobOutcome, error?: unknown) => {
+      span?.end(outcome, error);
+      this.#end(job, durationMs, outcome, error);
+    };
     if (running.completedInTx) return end('completed');
     if (running.why === 'stop') return end('released');
     if (running.why === 'lost') return end('lost', new LeaseLost(job.id));

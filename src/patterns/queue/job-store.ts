@@ -1,6 +1,7 @@
 import type { ResultAsync } from 'neverthrow';
 import type { DatabaseFailure, InvalidOptions } from '../../errors/errors.js';
 import type { Logger } from '../../observability/logger.js';
+import type { QueueTelemetry } from '../../observability/queue-telemetry.js';
 import type { Db, Tx } from '../../tx/types.js';
 import type { Job, JobLease, JobState } from './job.js';
 import type { PayloadSchema } from './payload-schema.js';
@@ -65,6 +66,8 @@ export interface ReapResult {
 export interface JobStore {
   /** The queue's `logger` option (the workers' log lines), if given. */
   readonly logger: Logger | undefined;
+  /** Spans and counters of enqueues and job runs (no-op without OpenTelemetry). */
+  readonly telemetry: QueueTelemetry;
   /** The NOTIFY channel workers LISTEN on. */
   readonly channel: string;
   /** Default lease of a claim, in ms. */

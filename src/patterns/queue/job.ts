@@ -35,6 +35,11 @@ export interface Job<P = unknown> {
   readonly leaseExpiresAt: Date;
   /** When it was enqueued. */
   readonly createdAt: Date;
+  /**
+   * The trace context (W3C `traceparent`, `tracestate`) of the span that enqueued it, when
+   * OpenTelemetry was recording; its processing spans link to it. null otherwise.
+   */
+  readonly traceContext: Readonly<Record<string, string>> | null;
 }
 
 /** The part of a job that settles it: id and lease token. */
@@ -70,6 +75,7 @@ export interface JobRow {
   lease_token: string;
   lease_expires_at_ms: number;
   created_at_ms: number;
+  trace_context: Record<string, string> | null;
 }
 
 /** Maps a claimed row to a {@link Job}. */
@@ -87,5 +93,6 @@ export function jobFromRow(row: JobRow): Job {
     leaseToken: row.lease_token,
     leaseExpiresAt: new Date(row.lease_expires_at_ms),
     createdAt: new Date(row.created_at_ms),
+    traceContext: row.trace_context ?? null,
   };
 }

@@ -5,6 +5,7 @@ import { DbError, type TxKitError } from '../../errors/errors.js';
 import { advisoryKey } from '../advisory/advisory-key.js';
 import { claimFunctionMigration } from './migrations/claim-function-migration.js';
 import { jobsMigration } from './migrations/jobs-migration.js';
+import { traceContextMigration } from './migrations/trace-context-migration.js';
 
 /** What {@link migrateQueue} did. */
 export interface MigrateResult {
@@ -26,7 +27,7 @@ interface Migration {
  * (esbuild, rolldown …) migrates without reading a file (they were `.sql` files read beside the module:
  * ENOENT once bundled).
  */
-const MIGRATIONS: readonly Migration[] = [jobsMigration, claimFunctionMigration];
+const MIGRATIONS: readonly Migration[] = [jobsMigration, claimFunctionMigration, traceContextMigration];
 
 /** Stable signed 64-bit advisory key for a schema's migrations (`advisoryKey`: sha-256, not hashtext). */
 export function migrationLockKey(schema: string): string {

@@ -1,5 +1,6 @@
 import { z } from 'zod/v4';
 import { loggerSchema } from '../../observability/logger.js';
+import { telemetrySchema } from '../../observability/otel-api.js';
 import { durationSchema } from '../../tx/duration.js';
 import { isPayloadSchema, type PayloadSchema } from './payload-schema.js';
 import { isJobId } from './split-leases.js';
@@ -63,6 +64,8 @@ export const queueOptionsSchema = z.strictObject({
   lease: durationSchema.default(30_000),
   /** A pino-compatible logger for the workers (without one: errors to console.error, rate-limited). */
   logger: loggerSchema.optional(),
+  /** OpenTelemetry: the `@opentelemetry/api` module, `false` for none; by default the installed one is found. */
+  telemetry: telemetrySchema.optional(),
 });
 
 /**

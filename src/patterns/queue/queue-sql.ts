@@ -6,7 +6,7 @@ import pg from 'pg';
  */
 const epochMs = (column: string) => `(extract(epoch FROM ${column}) * 1000)::float8 AS ${column.slice(2)}_ms`;
 const JOB_COLUMNS = `j.id, j.task, j.payload, j.priority, ${epochMs('j.run_at')}, j.attempts, j.max_attempts, j.key,
-  j.last_error, j.lease_token, ${epochMs('j.lease_expires_at')}, ${epochMs('j.created_at')}`;
+  j.last_error, j.lease_token, ${epochMs('j.lease_expires_at')}, ${epochMs('j.created_at')}, j.trace_context`;
 
 /** The ON CONFLICT target matching the partial unique index jobs_key. */
 const KEY_CONFLICT = `(task, key) WHERE key IS NOT NULL AND state IN ('pending', 'running')`;
@@ -53,8 +53,8 @@ export function queueStatements(
     // NOTIFY, delivered at COMMIT.
     enqueue: `
       WITH ins AS (
-        INSERT INTO ${jobs} AS j (task, payload, priority, run_at, max_attempts, backoff_base_ms, backoff_cap_ms, key)
-        VALUES ($1, $2::jsonb, $3, coalesce($4::timestamptz, now()), $5, $6, $7, $8)
+        INSERT INTO ${jobs} AS j (task, payload, priority, run_at, max_attempts, backoff_base_ms, backoff_cap_ms, key, trace_context)
+        VALUES ($1, $2::jsonb, $3, coalesce($4::timestamptz, now()), $5, $6, $7, $8, $9::jsonb)
         ON CONFLICT ${KEY_CONFLICT} DO NOTHING
         RETURNING j.id, j.task, j.state, j.run_at, j.key
       )
@@ -67,8 +67,8 @@ export function queueStatements(
     // so one round trip, one WAL flush at commit and ONE NOTIFY from the statement-level trigger.
     // Keyed duplicates (against live jobs or within the batch) are skipped by DO NOTHING.
     enqueueMany: `
-      INSERT INTO ${jobs} (task, payload, priority, run_at, max_attempts, backoff_base_ms, backoff_cap_ms, key)
-      SELECT $1, t.payload, $3, coalesce($4::timestamptz, now()), $5, $6, $7, t.key
+      INSERT INTO ${jobs} (task, payload, priority, run_at, max_attempts, backoff_base_ms, backoff_cap_ms, key, trace_context)
+      SELECT $1, t.payload, $3, coalesce($4::timestamptz, now()), $5, $6, $7, t.key, $9::jsonb
         FROM unnest($2::jsonb[], $8::text[]) WITH ORDINALITY AS t(payload, key, n)
        ORDER BY t.n
       ON CONFLICT ${KEY_CONFLICT} DO NOTHING

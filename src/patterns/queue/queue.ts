@@ -11,6 +11,8 @@ import {
   UnknownTask,
 } from '../../errors/errors.js';
 import type { Logger } from '../../observability/logger.js';
+import { resolveOpenTelemetry } from '../../observability/otel-api.js';
+import { type QueueSend, QueueTelemetry } from '../../observability/queue-telemetry.js';
 import { guardClientErrors } from '../../tx/guard-client-errors.js';
 import type { Db, Queryable } from '../../tx/types.js';
 import { errorText } from './error-text.js';
@@ -158,6 +160,8 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
   readonly leaseMs: number;
   /** The `logger` option: where the workers' log lines go (else console.error, rate-limited). */
   readonly logger: Logger | undefined;
+  /** Spans and counters of enqueues and job runs (no-op without OpenTelemetry). */
+  readonly telemetry: QueueTelemetry;
   readonly #tasks: T;
   readonly #sql: QueueStatements;
   readonly #maxAttempts: number;
@@ -185,6 +189,7 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
     this.taskNames = Object.freeze(Object.keys(options.tasks));
     this.leaseMs = o.lease;
     this.logger = o.logger;
+    this.telemetry = new QueueTelemetry(resolveOpenTelemetry(o.telemetry), o.pool.options, o.schema);
     this.#maxAttempts = o.maxAttempts;
     this.#backoff = o.backoff;
     this.#sql = queueStatements(o.schema, { archive: o.archive, channel: this.channel });
@@ -255,6 +260,7 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
     if (checked.isErr()) return errAsync(checked.error);
     const { value, o } = checked.value;
     const backoff = o.backoff ?? this.#backoff;
+    const send = this.telemetry.send(task, 1);
     const params = [
       task,
       JSON.stringify(value),
@@ -264,6 +270,7 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
       backoff.baseMs,
       backoff.capMs,
       o.key ?? null,
+      send?.carrier ?? null,
     ];
     type Row = {
       id: string;
@@ -291,7 +298,9 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
           created: row.created,
         });
       });
-    return attempt(ENQUEUE_RACE_RETRIES);
+    return send === undefined
+      ? attempt(ENQUEUE_RACE_RETRIES)
+      : traced(send, attempt(ENQUEUE_RACE_RETRIES), (j) => [j.id]);
   }
 
   /**
@@ -338,7 +347,8 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
     }
     if (values.length === 0) return ResultAsync.fromSafePromise(Promise.resolve({ ids: [], skipped: 0 }));
     const backoff = o.backoff ?? this.#backoff;
-    return run<{ id: string }>(db, this.#sql.enqueueMany, [
+    const send = this.telemetry.send(task, values.length);
+    const inserted = run<{ id: string }>(db, this.#sql.enqueueMany, [
       task,
       values,
       o.priority,
@@ -347,7 +357,9 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
       backoff.baseMs,
       backoff.capMs,
       o.keys ?? values.map(() => null),
+      send?.carrier ?? null,
     ]).map((res) => ({ ids: res.rows.map((r) => String(r.id)), skipped: values.length - res.rows.length }));
+    return send === undefined ? inserted : traced(send, inserted, (r) => r.ids);
   }
 
   /**
@@ -648,6 +660,23 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
   work(handlers: WorkHandlers<T>, options: WorkOptionsInput = {}): QueueWorker<T> {
     return new QueueWorker(this, handlers, options);
   }
+}
+
+/** Ends an enqueue's span when its statement settles (the result passes through unchanged). */
+function traced<T, E>(
+  send: QueueSend,
+  result: ResultAsync<T, E>,
+  ids: (value: T) => readonly string[],
+): ResultAsync<T, E> {
+  return result
+    .map((value) => {
+      send.end({ ids: ids(value) });
+      return value;
+    })
+    .mapErr((error) => {
+      send.end({ error });
+      return error;
+    });
 }
 
 function invalidPayload(message: string): InvalidOptions {
