@@ -9,7 +9,7 @@ import {
   type TxError,
   TxKitError,
 } from '../errors/index.js';
-import { resolveOpenTelemetry } from '../observability/otel-api.js';
+import { type OpenTelemetryApi, resolveOpenTelemetry } from '../observability/otel-api.js';
 import { type TxCall, type TxMetrics, TxTelemetry } from '../observability/tx-telemetry.js';
 import { acquireClient } from './acquire-client.js';
 import { beginSql } from './begin-sql.js';
@@ -138,6 +138,12 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
   readonly pool: pg.Pool;
   /** Whether direct pool use inside a transaction throws. */
   readonly strict: boolean;
+  /**
+   * The OpenTelemetry API this manager reports to (the `telemetry` option, else the installed
+   * `@opentelemetry/api`), or undefined: none. Patterns running on the manager (`withAdvisoryLock`)
+   * put their spans there too.
+   */
+  readonly telemetry: OpenTelemetryApi | undefined;
   readonly #als = new AsyncLocalStorage<TxHandle>();
   readonly #connect: () => Promise<pg.PoolClient>;
   readonly #defaults: TxOptions;
@@ -182,7 +188,8 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
     this.#defaultSettings = defaults.value.signal === undefined ? defaults.value : undefined;
     this.#hooks = new HookRunner(options.hooks ?? {}, parsed.data.logger);
     this.#constraints = options.constraints ?? {};
-    this.#telemetry = new TxTelemetry(resolveOpenTelemetry(options.telemetry), pool.options);
+    this.telemetry = resolveOpenTelemetry(options.telemetry);
+    this.#telemetry = new TxTelemetry(this.telemetry, pool.options);
     this.#attemptContext = {
       hooks: this.#hooks,
       statuses: new TransactionStatuses(pool),

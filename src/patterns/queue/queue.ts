@@ -204,7 +204,7 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
    * if (migrated.isErr()) throw migrated.error;
    */
   migrate(): ResultAsync<MigrateResult, TxKitError> {
-    return migrateQueue(this.pool, this.schema);
+    return migrateQueue(this.pool, this.schema, { logger: this.logger, telemetry: this.telemetry.api });
   }
 
   #validate<K extends keyof T & string>(
