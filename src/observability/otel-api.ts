@@ -67,7 +67,14 @@ export interface OtelMeter {
     record(value: number, attributes?: OtelAttributes): void;
   };
   createObservableGauge(name: string, options?: { description?: string; unit?: string }): OtelObservable;
+  addBatchObservableCallback(callback: OtelBatchCallback, observables: OtelObservable[]): void;
+  removeBatchObservableCallback(callback: OtelBatchCallback, observables: OtelObservable[]): void;
 }
+
+/** A callback observing several instruments at once (one query for all of them). */
+export type OtelBatchCallback = (observer: {
+  observe(observable: OtelObservable, value: number, attributes?: OtelAttributes): void;
+}) => void | Promise<void>;
 
 /**
  * The part of the `@opentelemetry/api` module pg-txkit uses, as a structural type: the package stays an

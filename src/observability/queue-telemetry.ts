@@ -1,6 +1,20 @@
 import { dbAttributes } from './db-attributes.js';
-import type { OpenTelemetryApi, OtelAttributes, OtelSpan, OtelSpanContext, OtelTracer } from './otel-api.js';
+import type {
+  OpenTelemetryApi,
+  OtelAttributes,
+  OtelBatchCallback,
+  OtelSpan,
+  OtelSpanContext,
+  OtelTracer,
+} from './otel-api.js';
 import { errorType, failSpan, SpanKind } from './span-kind.js';
+
+/** What the queue's gauges show, read from `queue.metrics()`. */
+export interface GaugeReading {
+  readonly counts: Readonly<Record<string, number>>;
+  readonly oldestReadyMs: number;
+  readonly deadTuples: number;
+}
 
 /** A job as the processing span reads it. */
 interface JobView {
@@ -69,8 +83,11 @@ export class QueueTelemetry {
   readonly #tracer: OtelTracer | undefined;
   readonly #base: OtelAttributes;
   readonly #processed: { add(v: number, a?: OtelAttributes): void } | undefined;
-  /** The OpenTelemetry API in use (for the worker's gauges), if any. */
+  /** The OpenTelemetry API in use, if any. */
   readonly api: OpenTelemetryApi | undefined;
+  /** Workers of this queue observing its gauges, and the registered callback while there are any. */
+  #observers = 0;
+  #unobserve: (() => void) | undefined;
 
   constructor(api: OpenTelemetryApi | undefined, connection: object | undefined, schema: string) {
     this.#api = api;
@@ -135,6 +152,50 @@ export class QueueTelemetry {
       return undefined;
     }
     return new QueueProcess(api, span);
+  }
+
+  /**
+   * Registers the queue's gauges (`pg_txkit.queue.jobs` by state, `pg_txkit.queue.oldest_ready.age`,
+   * `pg_txkit.queue.table.dead_tuples`), read with ONE metrics statement per collection, while at least
+   * one worker of this queue runs. Returns the worker's release.
+   */
+  observe(read: () => Promise<GaugeReading | undefined>): () => void {
+    const meter = this.#api?.metrics.getMeter('pg-txkit');
+    if (meter === undefined) return () => {};
+    if (this.#observers++ === 0) {
+      const jobs = meter.createObservableGauge('pg_txkit.queue.jobs', {
+        description:
+          'Jobs by state (pending, ready, running, expired, dead); exact below the cap of queue.metrics()',
+      });
+      const age = meter.createObservableGauge('pg_txkit.queue.oldest_ready.age', {
+        description: 'Age of the oldest job that could run now',
+        unit: 's',
+      });
+      const dead = meter.createObservableGauge('pg_txkit.queue.table.dead_tuples', {
+        description: 'Dead tuples of the jobs table (statistics estimate): vacuum backlog',
+      });
+      const schema = this.#base['pg_txkit.queue.schema'];
+      const callback: OtelBatchCallback = async (observer) => {
+        const m = await read();
+        if (m === undefined) return;
+        for (const [state, count] of Object.entries(m.counts)) {
+          observer.observe(jobs, count, { 'pg_txkit.queue.schema': schema, 'pg_txkit.job.state': state });
+        }
+        observer.observe(age, m.oldestReadyMs / 1000, { 'pg_txkit.queue.schema': schema });
+        observer.observe(dead, m.deadTuples, { 'pg_txkit.queue.schema': schema });
+      };
+      meter.addBatchObservableCallback(callback, [jobs, age, dead]);
+      this.#unobserve = () => meter.removeBatchObservableCallback(callback, [jobs, age, dead]);
+    }
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      if (--this.#observers === 0) {
+        this.#unobserve?.();
+        this.#unobserve = undefined;
+      }
+    };
   }
 
   /** A job's run ended with `outcome`. */

@@ -5,6 +5,7 @@ import type { QueueTelemetry } from '../../observability/queue-telemetry.js';
 import type { Db, Tx } from '../../tx/types.js';
 import type { Job, JobLease, JobState } from './job.js';
 import type { PayloadSchema } from './payload-schema.js';
+import type { QueueMetrics } from './queue-health.js';
 import type { InvalidLease } from './split-leases.js';
 
 /** Task name → schema of its payload (zod from the user's copy, or any Standard Schema). */
@@ -93,6 +94,8 @@ export interface JobStore {
   ): ResultAsync<Map<string, Date>, InvalidOptions | DatabaseFailure>;
   /** Gives running jobs back without charging the attempt. */
   release(jobs: readonly JobLease[]): ResultAsync<string[], DatabaseFailure>;
+  /** The queue's health (bounded-cost counts, oldest ready age, table statistics). */
+  metrics(): ResultAsync<QueueMetrics, InvalidOptions | DatabaseFailure>;
   /** Returns expired leases to pending (or dead). */
   reap(): ResultAsync<ReapResult, InvalidOptions | DatabaseFailure>;
   /** The fenced completion of `job` on `db` (a transaction); driver errors propagate. */

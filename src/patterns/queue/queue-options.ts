@@ -142,3 +142,9 @@ export const reapOptionsSchema = z.strictObject({
 
 /** Parses `input` with `schema`, mapping zod's issues to `InvalidOptions` (the shared helper). */
 export { parseOptions } from '../../errors/parse-options.js';
+
+/** Options of `queue.metrics()`. */
+export const metricsOptionsSchema = z.strictObject({
+  /** Each count by state reads at most this many index entries: exact below it, a lower bound at it. */
+  cap: z.number().int().min(1).max(10_000_000).default(10_000),
+});

@@ -28,11 +28,13 @@ import type {
 } from './job-store.js';
 import { type MigrateResult, migrateQueue, notifyChannel } from './migrate-queue.js';
 import { type PayloadInput, type PayloadSchema, validatePayload } from './payload-schema.js';
+import { type QueueMetrics, readQueueMetrics, type StateCountsRow } from './queue-health.js';
 import {
   claimOptionsSchema,
   enqueueManyOptionsSchema,
   enqueueOptionsSchema,
   failOptionsSchema,
+  metricsOptionsSchema,
   parseOptions,
   queueOptionsSchema,
   reapOptionsSchema,
@@ -63,6 +65,8 @@ export type ClaimOptions = z.input<typeof claimOptionsSchema>;
 export type FailOptions = z.input<typeof failOptionsSchema>;
 /** Options of {@link Queue.redrive}. */
 export type RedriveOptions = z.input<typeof redriveOptionsSchema>;
+/** Options of {@link Queue.metrics}. */
+export type MetricsOptions = z.input<typeof metricsOptionsSchema>;
 /** Options of {@link Queue.reap}. */
 export type ReapOptions = z.input<typeof reapOptionsSchema>;
 
@@ -594,22 +598,16 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
   }
 
   /**
-   * Counts jobs by state, the oldest ready job's age and the jobs table's dead tuples.
+   * Counts jobs by state, the oldest ready job's age and the jobs table's dead tuples: exact, and it
+   * reads every row of the jobs table (count(*) FILTER …) — cost grows with the backlog. For a
+   * dashboard or a metrics exporter use {@link Queue.metrics} (bounded cost).
    *
    * @example
    * const s = await queue.stats();
    * if (s.isOk()) console.log(s.value.pending, s.value.oldestReadyMs, s.value.deadTuples);
    */
   stats(): ResultAsync<QueueStats, DatabaseFailure> {
-    type Row = {
-      pending: number;
-      ready: number;
-      running: number;
-      expired: number;
-      dead: number;
-      oldest_ready_ms: number | null;
-    };
-    return run<Row>(this.pool, this.#sql.stats, []).andThen((counts) =>
+    return run<StateCountsRow>(this.pool, this.#sql.stats, []).andThen((counts) =>
       run<{ live: number; dead: number }>(this.pool, this.#sql.tableStats, [this.schema]).map((table) => {
         const c = counts.rows[0];
         const t = table.rows[0];
@@ -625,6 +623,22 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
         };
       }),
     );
+  }
+
+  /**
+   * The queue's health, cheap at any backlog (one statement, bounded cost; safe to poll from a
+   * dashboard): counts by state that are exact below `cap` (default 10 000) and a lower bound above it
+   * (`exact: false`), the oldest ready job's age (exact), and the jobs table's live and dead tuples and
+   * size from PostgreSQL's statistics (estimates). {@link Queue.stats} counts exactly, reading every row.
+   *
+   * @example
+   * const m = await queue.metrics();
+   * if (m.isOk()) console.log(m.value.ready.count, m.value.ready.exact ? '' : '+', m.value.oldestReadyMs);
+   */
+  metrics(options: MetricsOptions = {}): ResultAsync<QueueMetrics, InvalidOptions | DatabaseFailure> {
+    const parsed = parseOptions(metricsOptionsSchema, options);
+    if (parsed.isErr()) return errAsync(parsed.error);
+    return readQueueMetrics(this.pool, this.schema, parsed.value.cap);
   }
 
   /**

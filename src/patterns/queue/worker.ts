@@ -1,4 +1,5 @@
 import { LogSink } from '../../observability/log-sink.js';
+import { gaugeReading } from './gauge-reading.js';
 import { type BufferedJob, HandlerRunner } from './handler-runner.js';
 import type { Job } from './job.js';
 import { JobListener } from './job-listener.js';
@@ -56,6 +57,7 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
   };
   readonly #timers: ReturnType<typeof setInterval>[] = [];
   #heartbeatTimer: ReturnType<typeof setInterval> | undefined;
+  #unobserve: () => void = () => {};
   /** Jobs held beyond the handler slots (the local queue's target); adapts when prefetch is 'auto'. */
   #prefetch: number;
   #stopping = false;
@@ -121,6 +123,8 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
       });
       this.#listener.start();
     }
+    // OpenTelemetry gauges of the queue's health while this worker runs (no-op without the API).
+    this.#unobserve = store.telemetry.observe(() => gaugeReading(store));
     // The loop may not end in an unhandled rejection: a defect is reported and stops the worker.
     this.#loopDone = this.#claimLoop().catch((e: unknown) => {
       this.#error(e, 'worker');
@@ -197,6 +201,7 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
       this.#error(e, 'worker');
     } finally {
       clearInterval(this.#heartbeatTimer);
+      this.#unobserve();
       await this.#listener?.stop();
     }
   }
