@@ -118,23 +118,21 @@ export function readQueueMetrics(
   cap: number,
 ): ResultAsync<QueueMetrics, DatabaseFailure> {
   const bounded = (n: number): BoundedCount => ({ count: n, exact: n < cap });
-  return runQuery<MetricsRow>(db, queueMetricsSql(schema), [cap, schema]).map(
-    (res) => {
-      const r = res.rows[0];
-      return {
-        pending: bounded(r?.pending ?? 0),
-        ready: bounded(r?.ready ?? 0),
-        running: bounded(r?.running ?? 0),
-        expired: bounded(r?.expired ?? 0),
-        dead: bounded(r?.dead ?? 0),
-        oldestReadyMs: Math.round(r?.oldest_ready_ms ?? 0),
-        table: {
-          liveTuples: r?.live_tuples ?? 0,
-          deadTuples: r?.dead_tuples ?? 0,
-          totalBytes: r?.total_bytes ?? 0,
-          lastAutovacuum: r?.last_autovacuum ?? null,
-        },
-      };
-    },
-  );
+  return runQuery<MetricsRow>(db, queueMetricsSql(schema), [cap, schema]).map((res) => {
+    const r = res.rows[0];
+    return {
+      pending: bounded(r?.pending ?? 0),
+      ready: bounded(r?.ready ?? 0),
+      running: bounded(r?.running ?? 0),
+      expired: bounded(r?.expired ?? 0),
+      dead: bounded(r?.dead ?? 0),
+      oldestReadyMs: Math.round(r?.oldest_ready_ms ?? 0),
+      table: {
+        liveTuples: r?.live_tuples ?? 0,
+        deadTuples: r?.dead_tuples ?? 0,
+        totalBytes: r?.total_bytes ?? 0,
+        lastAutovacuum: r?.last_autovacuum ?? null,
+      },
+    };
+  });
 }
