@@ -4,6 +4,7 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import { z } from 'zod/v4';
 import { type Logger, Queue, TxManager } from '../../src/index.js';
 import { eventually } from '../fixtures/queue-helpers.js';
+import { useTestDatabase } from '../helpers.js';
 
 /** A port nobody listens on: bound, then closed again. */
 async function closedPort(): Promise<number> {
@@ -78,6 +79,68 @@ describe('a worker pointed at an unreachable database', () => {
     } finally {
       await worker.stop();
       await pool.end();
+    }
+  });
+});
+
+describe('a worker on a live database, with a logger', async () => {
+  const { pool, url } = await useTestDatabase();
+
+  it('logs a lost LISTEN connection at error and its return at info', async () => {
+    const { lines, logger } = recordingLogger();
+    const queue = new Queue({
+      pool,
+      txManager: new TxManager(pool),
+      schema: 'log_q',
+      tasks: { t: z.object({}) },
+      logger,
+    });
+    (await queue.migrate())._unsafeUnwrap();
+    const worker = queue.work({ t: async () => {} }, { pollInterval: 50 });
+    const admin = new pg.Client({ connectionString: url });
+    await admin.connect();
+    try {
+      await eventually(() => worker.listening);
+      await admin.query(
+        `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+          WHERE datname = current_database() AND query LIKE 'LISTEN %' AND pid <> pg_backend_pid()`,
+      );
+      await eventually(() =>
+        lines.some((l) => l.level === 'info' && /LISTEN connection back/.test(String(l.msg))),
+      );
+      const lost = lines.find((l) => l.obj.phase === 'listen' && l.level === 'error');
+      expect(lost?.msg).toMatch(/listen failed/);
+    } finally {
+      await admin.end();
+      await worker.stop();
+    }
+  });
+
+  it('logs a handler past its timeout at warn', async () => {
+    const { lines, logger } = recordingLogger();
+    const queue = new Queue({
+      pool,
+      txManager: new TxManager(pool),
+      schema: 'log_q2',
+      tasks: { t: z.object({}) },
+      logger,
+    });
+    (await queue.migrate())._unsafeUnwrap();
+    const job = (await queue.enqueue(pool, 't', {}))._unsafeUnwrap();
+    const worker = queue.work(
+      {
+        t: (_job, ctx) =>
+          new Promise<void>((resolve) => ctx.signal.addEventListener('abort', () => resolve())),
+      },
+      { handlerTimeout: 50, listen: false },
+    );
+    try {
+      await eventually(() => lines.some((l) => l.level === 'warn'));
+      const warn = lines.find((l) => l.level === 'warn');
+      expect(warn?.msg).toMatch(new RegExp(`handler of job ${job.id} \\(t\\) ran past its 50 ms timeout`));
+      expect(warn?.obj).toMatchObject({ jobId: job.id, task: 't', timeoutMs: 50 });
+    } finally {
+      await worker.stop();
     }
   });
 });

@@ -58,6 +58,8 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
   readonly #timers: ReturnType<typeof setInterval>[] = [];
   #heartbeatTimer: ReturnType<typeof setInterval> | undefined;
   #unobserve: () => void = () => {};
+  /** LISTEN connection failures since it last worked (a streak is logged once at error). */
+  #listenFailures = 0;
   /** Jobs held beyond the handler slots (the local queue's target); adapts when prefetch is 'auto'. */
   #prefetch: number;
   #stopping = false;
@@ -119,7 +121,13 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
         connection: store.pool.options,
         channel: store.channel,
         onWake: () => this.#wake.wake(),
-        onError: (e) => this.#error(e, 'listen'),
+        onError: (e) => this.#error(e, 'listen', ++this.#listenFailures),
+        onListening: () => {
+          if (this.#listenFailures > 0) {
+            this.#log.info('listen', { phase: 'listen', failures: this.#listenFailures }, 'LISTEN connection back');
+          }
+          this.#listenFailures = 0;
+        },
       });
       this.#listener.start();
     }
