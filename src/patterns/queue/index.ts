@@ -1,6 +1,7 @@
 // Public surface of the queue module (re-exports only).
 export type { EnqueuedJob, Job, JobLease, JobState } from './job.js';
 export type { MigrateResult } from './migrate-queue.js';
+export type { BoundedCount, QueueMetrics } from './queue-health.js';
 export {
   type ClaimOptions,
   type CompleteManyResult,
@@ -11,6 +12,7 @@ export {
   type FailItem,
   type FailOptions,
   type FailResult,
+  type MetricsOptions,
   Queue,
   type QueueOptions,
   type QueueStats,
