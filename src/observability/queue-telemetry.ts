@@ -85,6 +85,8 @@ export class QueueTelemetry {
   readonly #processed: { add(v: number, a?: OtelAttributes): void } | undefined;
   /** The OpenTelemetry API in use, if any. */
   readonly api: OpenTelemetryApi | undefined;
+  /** Span names and attributes by operation and task (see #described). */
+  readonly #spans = new Map<string, { name: string; attributes: OtelAttributes }>();
   /** Workers of this queue observing its gauges, and the registered callback while there are any. */
   #observers = 0;
   #unobserve: (() => void) | undefined;
@@ -108,18 +110,13 @@ export class QueueTelemetry {
   send(task: string, count: number): QueueSend | undefined {
     const api = this.#api;
     if (api === undefined || this.#tracer === undefined) return undefined;
-    const attributes: OtelAttributes = {
-      ...this.#base,
-      'messaging.operation.type': 'send',
-      'messaging.operation.name': 'send',
-      'messaging.destination.name': task,
-    };
-    if (count !== 1) attributes['messaging.batch.message_count'] = count;
-    const span = this.#tracer.startSpan(`send ${task}`, { kind: SpanKind.PRODUCER, attributes });
+    const { name, attributes } = this.#described('send', task);
+    const span = this.#tracer.startSpan(name, { kind: SpanKind.PRODUCER, attributes });
     if (!span.isRecording()) {
       span.end();
       return undefined;
     }
+    if (count !== 1) span.setAttribute('messaging.batch.message_count', count);
     const carrier: Record<string, string> = {};
     api.propagation.inject(api.trace.setSpan(api.context.active(), span), carrier);
     return new QueueSend(span, carrier);
@@ -135,22 +132,14 @@ export class QueueTelemetry {
       const linked = api.trace.getSpanContext(extracted);
       if (linked !== undefined) links.push({ context: linked });
     }
-    const span = this.#tracer.startSpan(`process ${job.task}`, {
-      kind: SpanKind.CONSUMER,
-      links,
-      attributes: {
-        ...this.#base,
-        'messaging.operation.type': 'process',
-        'messaging.operation.name': 'process',
-        'messaging.destination.name': job.task,
-        'messaging.message.id': job.id,
-        'pg_txkit.job.attempt': job.attempts,
-      },
-    });
+    const { name, attributes } = this.#described('process', job.task);
+    const span = this.#tracer.startSpan(name, { kind: SpanKind.CONSUMER, links, attributes });
     if (!span.isRecording()) {
       span.end();
       return undefined;
     }
+    span.setAttribute('messaging.message.id', job.id);
+    span.setAttribute('pg_txkit.job.attempt', job.attempts);
     return new QueueProcess(api, span);
   }
 
@@ -196,6 +185,25 @@ export class QueueTelemetry {
         this.#unobserve = undefined;
       }
     };
+  }
+
+  /** The span name and attributes of an operation on a task: built once per task (hot path). */
+  #described(operation: 'send' | 'process', task: string): { name: string; attributes: OtelAttributes } {
+    const key = `${operation} ${task}`;
+    let found = this.#spans.get(key);
+    if (found === undefined) {
+      found = {
+        name: key,
+        attributes: {
+          ...this.#base,
+          'messaging.operation.type': operation,
+          'messaging.operation.name': operation,
+          'messaging.destination.name': task,
+        },
+      };
+      this.#spans.set(key, found);
+    }
+    return found;
   }
 
   /** A job's run ended with `outcome`. */

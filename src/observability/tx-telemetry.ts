@@ -30,6 +30,9 @@ type AttemptEndView =
   | { readonly type: 'failure'; readonly failure: { readonly kind: string } }
   | { readonly type: 'defect'; readonly error: unknown };
 
+/** The attributes of a committed attempt or transaction (one object, never changed). */
+const COMMITTED: OtelAttributes = Object.freeze({ 'pg_txkit.tx.outcome': 'committed' });
+
 function bump(map: Record<string, number>, key: string): void {
   map[key] = (map[key] ?? 0) + 1;
 }
@@ -108,6 +111,14 @@ export class TxTelemetry {
   readonly #tracer: OtelTracer | undefined;
   readonly #base: OtelAttributes;
   readonly #counters = { transactions: 0, committed: 0, attempts: 0 };
+  /**
+   * The span name and options of each settings object (the manager reuses one per call site): built
+   * once, so a call whose span nobody records allocates nothing for it.
+   */
+  readonly #described = new WeakMap<
+    TxSettingsView,
+    { readonly name: string; readonly options: { kind: number; attributes: OtelAttributes } }
+  >();
   readonly #retries: Record<string, number> = {};
   readonly #failures: Record<string, number> = {};
   readonly #otel:
@@ -148,31 +159,36 @@ export class TxTelemetry {
   /** Starts a transaction's span; undefined when nothing records spans (then the call costs nothing more). */
   start(settings: TxSettingsView): TxCall | undefined {
     if (this.#tracer === undefined || this.#api === undefined) return undefined;
-    const attributes: OtelAttributes = {
-      ...this.#base,
-      'pg_txkit.tx.isolation': settings.isolation,
-      'pg_txkit.tx.read_only': settings.readOnly === true,
-    };
-    if (settings.name !== undefined) attributes['pg_txkit.tx.name'] = settings.name;
-    const span = this.#tracer.startSpan(
-      settings.name === undefined ? 'transaction' : `transaction ${settings.name}`,
-      { kind: SpanKind.INTERNAL, attributes },
-    );
+    let described = this.#described.get(settings);
+    if (described === undefined) {
+      const attributes: OtelAttributes = {
+        ...this.#base,
+        'pg_txkit.tx.isolation': settings.isolation,
+        'pg_txkit.tx.read_only': settings.readOnly === true,
+      };
+      if (settings.name !== undefined) attributes['pg_txkit.tx.name'] = settings.name;
+      const name = settings.name === undefined ? 'transaction' : `transaction ${settings.name}`;
+      described = { name, options: { kind: SpanKind.INTERNAL, attributes } };
+      this.#described.set(settings, described);
+    }
+    const span = this.#tracer.startSpan(described.name, described.options);
     if (!span.isRecording()) {
       span.end();
       return undefined;
     }
-    return new TxCall(this.#api, this.#tracer, span, attributes);
+    return new TxCall(this.#api, this.#tracer, span, described.options.attributes);
   }
 
   /** An attempt ended. */
   attempted(end: AttemptEndView): void {
     this.#counters.attempts++;
     if (this.#otel === undefined) return;
-    const attributes: OtelAttributes = { 'pg_txkit.tx.outcome': end.type };
-    if (end.type === 'failure') attributes['error.type'] = end.failure.kind;
-    else if (end.type !== 'committed') attributes['error.type'] = errorType(end.error);
-    this.#otel.attempts.add(1, attributes);
+    if (end.type === 'committed') {
+      this.#otel.attempts.add(1, COMMITTED);
+      return;
+    }
+    const kind = end.type === 'failure' ? end.failure.kind : errorType(end.error);
+    this.#otel.attempts.add(1, { 'pg_txkit.tx.outcome': end.type, 'error.type': kind });
   }
 
   /** A retry of an attempt that failed with `kind`. */
@@ -187,9 +203,11 @@ export class TxTelemetry {
     if (outcome.committed) this.#counters.committed++;
     else bump(this.#failures, errorType(outcome.error));
     if (this.#otel === undefined) return;
-    this.#otel.duration.record((performance.now() - startedAt) / 1000, {
-      'pg_txkit.tx.outcome': outcome.committed ? 'committed' : 'failed',
-      ...(outcome.committed ? {} : { 'error.type': errorType(outcome.error) }),
-    });
+    this.#otel.duration.record(
+      (performance.now() - startedAt) / 1000,
+      outcome.committed
+        ? COMMITTED
+        : { 'pg_txkit.tx.outcome': 'failed', 'error.type': errorType(outcome.error) },
+    );
   }
 }

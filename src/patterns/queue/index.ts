@@ -1,7 +1,6 @@
 // Public surface of the queue module (re-exports only).
 export type { EnqueuedJob, Job, JobLease, JobState } from './job.js';
 export type { MigrateResult } from './migrate-queue.js';
-export type { BoundedCount, QueueMetrics } from './queue-health.js';
 export {
   type ClaimOptions,
   type CompleteManyResult,
@@ -23,6 +22,7 @@ export {
   type SettleError,
   type TaskMap,
 } from './queue.js';
+export type { BoundedCount, QueueMetrics } from './queue-health.js';
 export type {
   JobContext,
   JobEndEvent,

@@ -124,7 +124,11 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
         onError: (e) => this.#error(e, 'listen', ++this.#listenFailures),
         onListening: () => {
           if (this.#listenFailures > 0) {
-            this.#log.info('listen', { phase: 'listen', failures: this.#listenFailures }, 'LISTEN connection back');
+            this.#log.info(
+              'listen',
+              { phase: 'listen', failures: this.#listenFailures },
+              'LISTEN connection back',
+            );
           }
           this.#listenFailures = 0;
         },
