@@ -1,5 +1,6 @@
 import pg from 'pg';
 import { type QueueMetrics, readQueueMetrics } from '../patterns/queue/queue-health.js';
+import { runQuery } from '../patterns/run-query.js';
 
 /** A finding about a queue: what is wrong, and what to do. */
 export interface QueueFinding {
@@ -8,12 +9,23 @@ export interface QueueFinding {
 }
 
 /** The health of one queue schema, as `pg-txkit doctor` reports it. */
-export interface QueueHealth extends QueueMetrics {
+export interface QueueHealthRead extends QueueMetrics {
   readonly schema: string;
   /** The schema's queue migration version. */
   readonly version: number;
   readonly findings: readonly QueueFinding[];
 }
+
+/** A queue the doctor could not read (a role without SELECT on it, a statement timeout …). */
+export interface QueueHealthUnread {
+  readonly schema: string;
+  /** What the server said. */
+  readonly error: string;
+  readonly findings: readonly QueueFinding[];
+}
+
+/** One queue in the doctor's report: read, or why not. */
+export type QueueHealth = QueueHealthRead | QueueHealthUnread;
 
 /** Thresholds of the queue findings. */
 export interface QueueHealthOptions {
@@ -89,13 +101,33 @@ export async function queueHealth(
 ): Promise<QueueHealth[]> {
   const out: QueueHealth[] = [];
   for (const schema of schemas) {
-    const m = await readQueueMetrics(pool, schema, options.cap);
-    if (m.isErr()) throw m.error;
-    // Plain read of the schema's migrations table (ACCESS SHARE).
-    const { rows } = await pool.query<{ version: number | null }>(
+    // Plain read of the schema's migrations table (ACCESS SHARE), then the metrics statement.
+    const version = await runQuery<{ version: number | null }>(
+      pool,
       `SELECT max(version) AS version FROM ${pg.escapeIdentifier(schema)}.migrations`,
     );
-    out.push({ schema, version: rows[0]?.version ?? 0, ...m.value, findings: findingsOf(m.value, options) });
+    const m = version.isErr() ? version : await readQueueMetrics(pool, schema, options.cap);
+    if (m.isErr()) {
+      // A failure is the server's answer about THIS queue (permission denied for a pg_monitor role,
+      // the doctor's own lock or statement timeout): reported, and the other queues are still read.
+      const cause = m.error.cause;
+      const error = cause instanceof Error ? cause.message : m.error.message;
+      out.push({
+        schema,
+        error,
+        findings: [
+          {
+            severity: 'problem',
+            message: /permission denied/i.test(error)
+              ? `could not read the queue (${error}): grant SELECT on ${schema}.jobs and ${schema}.migrations to this role`
+              : `could not read the queue (${error})`,
+          },
+        ],
+      });
+      continue;
+    }
+    const read = version.isOk() ? (version.value.rows[0]?.version ?? 0) : 0;
+    out.push({ schema, version: read, ...m.value, findings: findingsOf(m.value, options) });
   }
   return out;
 }

@@ -51,19 +51,23 @@ export function renderQueueHealth(queues: readonly QueueHealth[], style: Style):
       { header: 'dead tup', align: 'right' },
       { header: 'size', align: 'right' },
     ],
-    queues.map((q) => [
-      q.schema,
-      String(q.version),
-      n(q.pending),
-      n(q.ready),
-      n(q.running),
-      n(q.expired),
-      n(q.dead),
-      age(q.oldestReadyMs),
-      String(q.table.liveTuples),
-      String(q.table.deadTuples),
-      bytes(q.table.totalBytes),
-    ]),
+    queues.map((q) =>
+      'error' in q
+        ? [q.schema, '?', '?', '?', '?', '?', '?', '?', '?', '?', '?']
+        : [
+            q.schema,
+            String(q.version),
+            n(q.pending),
+            n(q.ready),
+            n(q.running),
+            n(q.expired),
+            n(q.dead),
+            age(q.oldestReadyMs),
+            String(q.table.liveTuples),
+            String(q.table.deadTuples),
+            bytes(q.table.totalBytes),
+          ],
+    ),
   );
   out.push(...table.split('\n').map((line) => `  ${line}`));
   for (const q of queues) {

@@ -55,3 +55,21 @@ describe('pg-txkit doctor: queue health', () => {
     expect(r.stderr).toMatch(/no pg-txkit queue in schema nope \(queues found: doc_q, doc_q2\)/);
   });
 });
+
+describe('pg-txkit doctor as a pg_monitor role', () => {
+  it('reports a queue it may not read as a finding, and still prints the rest', async () => {
+    await pool.query(`DO $$ BEGIN
+      IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'doctor_q') THEN
+        CREATE ROLE doctor_q LOGIN PASSWORD 'doctor' IN ROLE pg_monitor;
+      END IF; END $$`);
+    const monitorUrl = new URL(url);
+    monitorUrl.username = 'doctor_q';
+    monitorUrl.password = 'doctor';
+    const r = await runMain(['doctor', '--json', '--url', monitorUrl.toString(), '--queue-schema', 'doc_q']);
+    expect(r.code).toBe(1);
+    const { queues } = JSON.parse(r.stdout);
+    expect(queues[0].schema).toBe('doc_q');
+    expect(queues[0].error).toMatch(/permission denied/);
+    expect(queues[0].findings[0].message).toMatch(/grant SELECT on doc_q.jobs/);
+  });
+});
