@@ -27,7 +27,12 @@ export type LogLevel = keyof Logger;
 
 const LEVELS: readonly LogLevel[] = ['error', 'warn', 'info', 'debug'];
 
-/** Whether `value` has the four level methods of a {@link Logger} (a structural check). */
+/**
+ * Whether `value` has the four level methods of a {@link Logger} (a structural check).
+ *
+ * @example
+ * if (!isLogger(options.logger)) throw new TypeError('not a logger');
+ */
 export function isLogger(value: unknown): value is Logger {
   if (typeof value !== 'object' || value === null) return false;
   const record = value as Record<string, unknown>;

@@ -139,7 +139,12 @@ export function resolveOpenTelemetry(option: unknown): OpenTelemetryApi | undefi
   }
 }
 
-/** The `telemetry` option's check: false, or an object with the API's trace/context/propagation/metrics. */
+/**
+ * The `telemetry` option's check: false, or an object with the API's trace/context/propagation/metrics.
+ *
+ * @example
+ * isTelemetryOption(false); // true
+ */
 export function isTelemetryOption(value: unknown): value is TelemetryOption {
   return value === undefined || value === false || isApi(value);
 }

@@ -3,7 +3,12 @@ export const SpanKind = { INTERNAL: 0, SERVER: 1, CLIENT: 2, PRODUCER: 3, CONSUM
 /** OpenTelemetry's SpanStatusCode values. */
 export const SpanStatus = { UNSET: 0, OK: 1, ERROR: 2 } as const;
 
-/** The `error.type` of a failure: a pg-txkit error's kind, else the error's name. */
+/**
+ * The `error.type` of a failure: a pg-txkit error's kind, else the error's name.
+ *
+ * @example
+ * errorType(new SerializationFailure()); // 'SerializationFailure'
+ */
 export function errorType(error: unknown): string {
   if (typeof error === 'object' && error !== null) {
     const { kind, name } = error as { kind?: unknown; name?: unknown };

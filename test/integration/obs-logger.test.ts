@@ -144,3 +144,41 @@ describe('a worker on a live database, with a logger', async () => {
     }
   });
 });
+
+describe('TxManager logger', async () => {
+  const { pool } = await useTestDatabase();
+
+  it('logs a retry at debug and a throwing afterCommit at error (instead of a process warning)', async () => {
+    const { lines, logger } = recordingLogger();
+    const warnings: unknown[] = [];
+    const onWarning = (w: unknown) => warnings.push(w);
+    process.on('warning', onWarning);
+    try {
+      const tm = new TxManager(pool, { logger });
+      let calls = 0;
+      await tm.doOrThrow(
+        async (tx) => {
+          if (++calls === 1)
+            await tx.query(`DO $$ BEGIN RAISE EXCEPTION 'c' USING ERRCODE = '40001'; END $$`);
+          tx.afterCommit(() => {
+            throw new Error('webhook down');
+          });
+          return 1;
+        },
+        { name: 'pay', backoff: { baseMs: 1, capMs: 1 } },
+      );
+      await new Promise((resolve) => setImmediate(resolve));
+      expect(lines.find((l) => l.level === 'debug')?.obj).toMatchObject({
+        name: 'pay',
+        attempt: 1,
+        kind: 'SerializationFailure',
+      });
+      const error = lines.find((l) => l.level === 'error');
+      expect(error?.obj).toMatchObject({ source: 'afterCommit', name: 'pay' });
+      expect(error?.obj.err).toMatchObject({ message: 'webhook down' });
+      expect(warnings).toEqual([]);
+    } finally {
+      process.off('warning', onWarning);
+    }
+  });
+});

@@ -54,6 +54,9 @@ const PRIORITY_PROBES = 1000;
  * map is set), and the oldest ready job is found by a loose index scan of jobs_claimable (priority,
  * run_at, id): one probe per distinct priority, each reading the first ready entry of that priority —
  * not min(run_at) over every pending row.
+ *
+ * @example
+ * await pool.query(queueMetricsSql('pgtxkit_queue'), [10_000, 'pgtxkit_queue']);
  */
 export function queueMetricsSql(schema: string): string {
   const jobs = `${pg.escapeIdentifier(schema)}.jobs`;
