@@ -46,6 +46,7 @@ export {
   UnknownTask,
   Unsupported,
 } from './errors/index.js';
+export * from './observability/index.js';
 export * from './patterns/advisory/index.js';
 export * from './patterns/index.js';
 export * from './patterns/queue/index.js';

@@ -4,7 +4,9 @@ import { type LockReport, lockReport } from '../diagnostics/lock-report.js';
 import type { CliIo } from './cli-io.js';
 import { ConnectError, isConnectFailure, oneLine, safeUrl } from './connection.js';
 import { EXIT, type ExitCode } from './exit-codes.js';
+import { findQueueSchemas, type QueueHealth, queueHealth } from './queue-health-report.js';
 import { renderLockReport } from './render-lock-report.js';
+import { renderQueueHealth } from './render-queue-health.js';
 import { createStyle } from './style.js';
 
 /** Options of the `doctor` command. */
@@ -17,7 +19,14 @@ export interface DoctorOptions {
   readonly longWaitMs: number;
   readonly redact: boolean;
   readonly allDatabases: boolean;
+  /** Queue schemas to report on; undefined: every schema holding a pg-txkit queue. */
+  readonly queueSchemas?: readonly string[] | undefined;
+  /** The oldest ready job older than this (ms) is a finding. Default 5 min. */
+  readonly queueLagMs?: number | undefined;
 }
+
+/** What `doctor --json` prints: the lock report and the queues' health. */
+export type DoctorReport = LockReport & { readonly queues: readonly QueueHealth[] };
 
 /**
  * Serializes a lock report (or anything holding bigints and dates) to JSON: bigints become decimal
@@ -32,7 +41,8 @@ export function toJson(value: unknown): string {
 
 /**
  * `pg-txkit doctor`: a lock report as an indented tree (or JSON), root blockers first, with suggested
- * actions; `--watch` refreshes until Ctrl-C. Exit code 0 when healthy, 1 with findings, 3 when the
+ * actions, and beside it the health of each pg-txkit queue (depth by state, oldest ready age, dead
+ * jobs, expired leases, dead tuples); `--watch` refreshes until Ctrl-C. Exit code 0 when healthy, 1 with findings, 3 when the
  * server cannot be reached.
  *
  * @example
@@ -54,13 +64,15 @@ export async function runDoctor(options: DoctorOptions, io: CliIo): Promise<Exit
   try {
     for (let round = 0; ; round++) {
       const report = await take(pool, options);
-      if (options.json) io.stdout.write(toJson(report));
+      const queues = await connected(options.url, () => queuesOf(pool, options));
+      const healthy = report.healthy && queues.every((q) => q.findings.length === 0);
+      if (options.json) io.stdout.write(toJson({ ...report, queues } satisfies DoctorReport));
       else {
         if (options.watchSeconds !== undefined && io.stdout.isTTY) io.stdout.write('\x1b[2J\x1b[H');
         else if (round > 0) io.stdout.write('\n');
-        io.stdout.write(`${renderLockReport(report, style)}\n`);
+        io.stdout.write(`${renderLockReport(report, style)}\n\n${renderQueueHealth(queues, style)}\n`);
       }
-      if (options.watchSeconds === undefined) return report.healthy ? EXIT.ok : EXIT.findings;
+      if (options.watchSeconds === undefined) return healthy ? EXIT.ok : EXIT.findings;
       try {
         await sleep(options.watchSeconds * 1000, undefined, { signal: io.signal });
       } catch {
@@ -70,6 +82,36 @@ export async function runDoctor(options: DoctorOptions, io: CliIo): Promise<Exit
   } finally {
     await pool.end();
   }
+}
+
+/** Runs `read`, turning a connection failure into the doctor's ConnectError. */
+async function connected<T>(url: string, read: () => Promise<T>): Promise<T> {
+  try {
+    return await read();
+  } catch (error) {
+    const cause = (error as { cause?: unknown }).cause ?? error;
+    if (
+      isConnectFailure(error) ||
+      isConnectFailure(cause) ||
+      (error as { kind?: unknown }).kind === 'ConnectionLost'
+    ) {
+      throw new ConnectError(`cannot connect to ${safeUrl(url)}: ${oneLine(cause)}`);
+    }
+    throw error;
+  }
+}
+
+/** The queues to report on: the ones named, each checked to hold a queue, else every one found. */
+async function queuesOf(pool: pg.Pool, options: DoctorOptions): Promise<QueueHealth[]> {
+  const found = await findQueueSchemas(pool);
+  const named = options.queueSchemas;
+  const missing = named?.filter((s) => !found.includes(s)) ?? [];
+  if (missing.length > 0) {
+    throw new Error(
+      `no pg-txkit queue in schema ${missing.join(', ')} (queues found: ${found.join(', ') || 'none'})`,
+    );
+  }
+  return queueHealth(pool, named ?? found, { lagMs: options.queueLagMs ?? 300_000, cap: 10_000 });
 }
 
 async function take(pool: pg.Pool, options: DoctorOptions): Promise<LockReport> {

@@ -150,6 +150,12 @@ export async function main(argv: string[], ioOverride?: CliIo): Promise<number> 
     .option('--long-wait <duration>', 'long lock wait threshold', duration, 5_000)
     .option('--redact', 'replace literals in queries with $?', false)
     .option('--all-databases', 'every database of the server, not only the one connected to', false)
+    .option(
+      '--queue-schema <names>',
+      'queue schemas to report on (default: every pg-txkit queue found)',
+      list,
+    )
+    .option('--queue-lag <duration>', 'a ready job waiting longer than this is a finding', duration, 300_000)
     .action(async (opts: Record<string, unknown>) => {
       code = await runDoctor(
         {
@@ -160,6 +166,8 @@ export async function main(argv: string[], ioOverride?: CliIo): Promise<number> 
           longWaitMs: opts.longWait as number,
           redact: opts.redact === true,
           allDatabases: opts.allDatabases === true,
+          queueSchemas: opts.queueSchema as string[] | undefined,
+          queueLagMs: opts.queueLag as number,
         },
         io,
       );

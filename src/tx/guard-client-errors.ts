@@ -1,4 +1,5 @@
 import type pg from 'pg';
+import { RateLimitedConsole } from '../observability/rate-limited-console.js';
 
 /** The name of the listener, so that it is installed once per pool however many queues share it. */
 const LISTENER_NAME = 'pgTxkitGuardClientErrors';
@@ -6,22 +7,21 @@ const LISTENER_NAME = 'pgTxkitGuardClientErrors';
 const POOL_LISTENER_NAME = 'pgTxkitReportPoolError';
 /** Where the reporters of a pool live: a property of that pool (no module-level state). */
 const REPORTERS = Symbol.for('pg-txkit.pool-error-reporters');
-/** Without a reporter, at most one console line per pool in this many milliseconds. */
-const QUIET_MS = 60_000;
 
 /** Reports an error pg-pool emitted on the pool (an idle client's connection failed). */
 export type PoolErrorReporter = (error: Error) => void;
 
 interface Reporters {
   readonly reporters: Set<PoolErrorReporter>;
-  lastLine: number;
+  /** Without a reporter: the rate-limited console line of this pool. */
+  readonly console: RateLimitedConsole;
 }
 
 function reportersOf(pool: pg.Pool): Reporters {
   const holder = pool as unknown as { [REPORTERS]?: Reporters };
   let found = holder[REPORTERS];
   if (found === undefined) {
-    found = { reporters: new Set(), lastLine: Number.NEGATIVE_INFINITY };
+    found = { reporters: new Set(), console: new RateLimitedConsole() };
     Object.defineProperty(pool, REPORTERS, { value: found, enumerable: false });
   }
   return found;
@@ -69,13 +69,10 @@ export function guardClientErrors(pool: pg.Pool, report?: PoolErrorReporter): vo
       }
       // The user listens on the pool themselves: theirs is the report.
       if (pool.listenerCount('error') > 1) return;
-      const now = performance.now();
-      if (now - state.lastLine < QUIET_MS) return;
-      state.lastLine = now;
-      console.error(
+      state.console.line(
+        'pool-error',
         `pg-txkit: an idle pooled connection failed (${error.message}); the pool dropped it and opens a ` +
-          "new one when needed. Handle these with the TxManager's onPoolError hook or pool.on('error') " +
-          '(further ones in the next minute are not shown).',
+          "new one when needed. Handle these with the TxManager's logger or onPoolError hook, or pool.on('error')",
       );
     });
   }

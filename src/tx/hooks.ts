@@ -1,4 +1,5 @@
 import type { TxKitError } from '../errors/index.js';
+import type { Logger } from '../observability/logger.js';
 
 /** Passed to {@link TxHooks.onRetry}. */
 export interface RetryEvent {
@@ -100,15 +101,27 @@ export interface TxHooks {
   onCallbackError?(event: CallbackErrorEvent): void;
 }
 
-/** Calls hooks without ever letting them throw into the transaction machinery. */
+/**
+ * Calls hooks without ever letting them throw into the transaction machinery, and writes the same
+ * events to the manager's `logger` when one is given (retries at debug, slow transactions at warn,
+ * pool and callback errors at error).
+ */
 export class HookRunner {
   readonly #hooks: TxHooks;
-  constructor(hooks: TxHooks) {
+  readonly #logger: Logger | undefined;
+  constructor(hooks: TxHooks, logger?: Logger) {
     this.#hooks = hooks;
+    this.#logger = logger;
   }
 
   /** Reports an error of a callback or hook. */
   callbackError(event: CallbackErrorEvent): void {
+    const { name, source } = event;
+    this.#log(
+      'error',
+      { err: event.error, source, name },
+      `pg-txkit: ${source} of transaction ${name ?? '(unnamed)'} threw`,
+    );
     try {
       if (this.#hooks.onCallbackError) {
         this.#hooks.onCallbackError(event);
@@ -117,6 +130,7 @@ export class HookRunner {
     } catch {
       // The error reporter itself failed: fall through to the process warning.
     }
+    if (this.#logger !== undefined) return;
     const error = event.error instanceof Error ? event.error : new Error(String(event.error));
     process.emitWarning(error, {
       type: 'PgTxkitCallbackError',
@@ -125,6 +139,12 @@ export class HookRunner {
   }
 
   retry(event: RetryEvent): void {
+    const { name, attempt, error, delayMs } = event;
+    this.#log(
+      'debug',
+      { name, attempt, kind: error.kind, delayMs },
+      `pg-txkit: attempt ${attempt} failed (${error.kind}), retrying`,
+    );
     this.#call('onRetry', event.name, () => this.#hooks.onRetry?.(event));
   }
   commit(event: CommitEvent): void {
@@ -135,13 +155,33 @@ export class HookRunner {
   }
   /** Whether an `onPoolError` hook was given (else the pool guard writes its own line). */
   get reportsPoolErrors(): boolean {
-    return this.#hooks.onPoolError !== undefined;
+    return this.#hooks.onPoolError !== undefined || this.#logger !== undefined;
   }
   poolError(event: PoolErrorEvent): void {
+    this.#log(
+      'error',
+      { err: event.error },
+      'pg-txkit: an idle pooled connection failed; the pool dropped it',
+    );
     this.#call('onPoolError', undefined, () => this.#hooks.onPoolError?.(event));
   }
   slow(event: SlowTransactionEvent): void {
+    const { name, attempt, durationMs } = event;
+    this.#log(
+      'warn',
+      { name, attempt, durationMs },
+      `pg-txkit: transaction ${name ?? '(unnamed)'} held its connection ${Math.round(durationMs)} ms`,
+    );
     this.#call('onSlowTransaction', event.name, () => this.#hooks.onSlowTransaction?.(event));
+  }
+
+  #log(level: keyof Logger, obj: Record<string, unknown>, msg: string): void {
+    if (this.#logger === undefined) return;
+    try {
+      this.#logger[level](obj, msg);
+    } catch {
+      // A throwing logger never changes the transaction's outcome.
+    }
   }
 
   #call(source: CallbackErrorEvent['source'], name: string | undefined, fn: () => void): void {

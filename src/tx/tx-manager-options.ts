@@ -7,6 +7,8 @@ import type {
   NotNullViolation,
   UniqueViolation,
 } from '../errors/index.js';
+import { loggerSchema } from '../observability/logger.js';
+import { type TelemetryOption, telemetrySchema } from '../observability/otel-api.js';
 import { durationSchema } from './duration.js';
 import type { TxHooks } from './hooks.js';
 import { isPool } from './is-pool.js';
@@ -53,6 +55,13 @@ export const txManagerOptionsSchema = z
       })
       .strict()
       .optional(),
+    /** A pino-compatible logger: retries (debug), slow transactions (warn), pool and callback errors (error). */
+    logger: loggerSchema.optional(),
+    /**
+     * OpenTelemetry: the `@opentelemetry/api` module (`import * as otel from '@opentelemetry/api'`),
+     * `false` for none; by default the installed one is found (none installed: no telemetry).
+     */
+    telemetry: telemetrySchema.optional(),
     /** Constraint name → domain error builder. */
     constraints: z.record(z.string().min(1), fn).optional(),
     /** Throw when the pool is queried directly while a transaction is active in the same async context. */
@@ -93,8 +102,9 @@ export const txManagerOptionsSchema = z
  */
 export type TxManagerOptions<C extends Record<string, unknown> = Record<never, never>> = Omit<
   z.input<typeof txManagerOptionsSchema>,
-  'defaults' | 'hooks' | 'constraints'
+  'defaults' | 'hooks' | 'constraints' | 'telemetry'
 > & {
+  readonly telemetry?: TelemetryOption;
   readonly defaults?: TxOptions | undefined;
   readonly hooks?: TxHooks | undefined;
   readonly constraints?: ConstraintMap<C> | undefined;

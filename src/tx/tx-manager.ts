@@ -9,6 +9,8 @@ import {
   type TxError,
   TxKitError,
 } from '../errors/index.js';
+import { type OpenTelemetryApi, resolveOpenTelemetry } from '../observability/otel-api.js';
+import { type TxCall, type TxMetrics, TxTelemetry } from '../observability/tx-telemetry.js';
 import { acquireClient } from './acquire-client.js';
 import { beginSql } from './begin-sql.js';
 import { guardClientErrors } from './guard-client-errors.js';
@@ -104,6 +106,9 @@ function primitiveKey(options: unknown): string | undefined {
   }
 }
 
+/** How an outermost transaction ended, for its span and counters. */
+type TxOutcome = { readonly committed: true } | { readonly committed: false; readonly error: unknown };
+
 /** Wait for a second client in `requiresNew` inside a transaction, when no `acquireTimeout` is given. */
 const REQUIRES_NEW_ACQUIRE_MS = 2000;
 
@@ -148,12 +153,20 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
   readonly replica: pg.Pool | undefined;
   /** Routes `readOnly` transactions to the replica, with read-your-writes (when `replica` is given). */
   readonly #router: ReplicaRouter | undefined;
+  /**
+   * The OpenTelemetry API this manager reports to (the `telemetry` option, else the installed
+   * `@opentelemetry/api`), or undefined: none. Patterns running on the manager (`withAdvisoryLock`)
+   * put their spans there too.
+   */
+  readonly telemetry: OpenTelemetryApi | undefined;
   readonly #als = new AsyncLocalStorage<TxHandle>();
   readonly #connect: () => Promise<pg.PoolClient>;
   readonly #defaults: TxOptions;
   /** `#defaults` parsed, when they hold no per-call state (no signal): reused by calls without options. */
   readonly #defaultSettings: TxSettings | undefined;
   readonly #hooks: HookRunner;
+  /** Counters, and spans/metrics when OpenTelemetry is present. */
+  readonly #telemetry: TxTelemetry;
   readonly #constraints: ConstraintMap;
   /** What every attempt of this manager shares (hooks, the status reader, the slow threshold). */
   readonly #attemptContext: AttemptContext;
@@ -188,8 +201,10 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
     this.strict = parsed.data.strict;
     this.#defaults = options.defaults ?? {};
     this.#defaultSettings = defaults.value.signal === undefined ? defaults.value : undefined;
-    this.#hooks = new HookRunner(options.hooks ?? {});
+    this.#hooks = new HookRunner(options.hooks ?? {}, parsed.data.logger);
     this.#constraints = options.constraints ?? {};
+    this.telemetry = resolveOpenTelemetry(options.telemetry);
+    this.#telemetry = new TxTelemetry(this.telemetry, pool.options);
     this.#attemptContext = {
       hooks: this.#hooks,
       statuses: new TransactionStatuses(pool),
@@ -282,6 +297,19 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
    */
   current(): Tx | undefined {
     return this.#currentHandle();
+  }
+
+  /**
+   * Counters of this manager since it was created: transactions, commits, attempts, retries and
+   * failures by error kind. Exact and in process (no query); the same numbers go to OpenTelemetry
+   * metrics when `@opentelemetry/api` is present.
+   *
+   * @example
+   * const { attempts, retries } = tm.metrics();
+   * console.log(attempts, retries.SerializationFailure ?? 0);
+   */
+  metrics(): TxMetrics {
+    return this.#telemetry.snapshot();
   }
 
   #currentHandle(): TxHandle | undefined {
@@ -490,7 +518,7 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
     });
   }
 
-  /** An outermost transaction: the retry engine around {@link TxManager.#attempt}. */
+  /** An outermost transaction: the retry engine around {@link TxManager.#attempt}, observed. */
   async #outermost(
     fn: TxCallback<unknown>,
     settings: TxSettings,
@@ -499,9 +527,33 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
     const signal = settings.signal;
     if (signal?.aborted) throw signal.reason;
     const startedAt = performance.now();
+    const call = this.#telemetry.start(settings);
+    let outcome: TxOutcome = { committed: false, error: undefined };
+    try {
+      const result = await this.#retrying(fn, settings, independent, startedAt, call);
+      outcome = result.isOk() ? { committed: true } : { committed: false, error: result.error };
+      return result;
+    } catch (error) {
+      outcome = { committed: false, error };
+      throw error;
+    } finally {
+      this.#telemetry.ended(outcome, startedAt);
+      call?.end(outcome);
+    }
+  }
+
+  async #retrying(
+    fn: TxCallback<unknown>,
+    settings: TxSettings,
+    independent: boolean,
+    startedAt: number,
+    call: TxCall | undefined,
+  ): Promise<Result<unknown, unknown>> {
     const retried = await withRetry<AttemptEnd>(
       async (n) => {
-        const end = await this.#attempt(fn, settings, n, independent, startedAt);
+        const run = () => this.#attempt(fn, settings, n, independent, startedAt);
+        const end = call === undefined ? await run() : await call.attempt(n, run);
+        this.#telemetry.attempted(end);
         if (end.type === 'failure' && retriesFailure(end.failure, settings)) {
           return { done: false, failure: end.failure };
         }
@@ -511,9 +563,12 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
         maxAttempts: settings.maxAttempts,
         backoff: settings.backoff,
         deadlineMs: settings.deadline,
-        signal,
-        onRetry: (attempt, error, delayMs) =>
-          this.#hooks.retry({ name: settings.name, attempt, error, delayMs }),
+        signal: settings.signal,
+        onRetry: (attempt, error, delayMs) => {
+          this.#telemetry.retried(error.kind);
+          call?.retried(attempt, error.kind, delayMs);
+          this.#hooks.retry({ name: settings.name, attempt, error, delayMs });
+        },
       },
     );
     if (retried.isErr()) return err(retried.error);

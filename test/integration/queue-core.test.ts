@@ -39,7 +39,7 @@ describe('migrate', () => {
     );
     const results = await Promise.all(queues.map((q) => q.migrate()));
     const applied = results.map((r) => r._unsafeUnwrap().applied.length);
-    expect(applied.filter((n) => n > 0)).toEqual([5]);
+    expect(applied.filter((n) => n > 0)).toEqual([6]);
     expect(results.every((r) => r._unsafeUnwrap().version === 6)).toBe(true);
     const again = await queues[0]?.migrate();
     expect(again?._unsafeUnwrap()).toEqual({ applied: [], version: 6 });

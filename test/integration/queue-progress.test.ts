@@ -274,7 +274,7 @@ describe('upgrade', () => {
       archive: true,
       backoff: { baseMs: 0, capMs: 0 },
     });
-    expect((await queue.migrate())._unsafeUnwrap()).toEqual({ applied: [3, 4, 6], version: 6 });
+    expect((await queue.migrate())._unsafeUnwrap()).toEqual({ applied: [3, 4, 5, 6], version: 6 });
     expect((await queue.migrate())._unsafeUnwrap()).toEqual({ applied: [], version: 6 });
     (await queue.reap())._unsafeUnwrap();
     const rec = ends();

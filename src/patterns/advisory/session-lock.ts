@@ -13,6 +13,10 @@ import {
   LockNotAvailable,
   TxKitError,
 } from '../../errors/index.js';
+import { traceLockWait } from '../../observability/lock-telemetry.js';
+import { LogSink } from '../../observability/log-sink.js';
+import { loggerSchema } from '../../observability/logger.js';
+import { resolveOpenTelemetry, telemetrySchema } from '../../observability/otel-api.js';
 import { durationSchema, MAX_DURATION_MS, timeoutSchema } from '../../tx/duration.js';
 import { type AnyAdvisoryKey, formatAdvisoryKey, isAdvisoryKey, lockTagOf } from './advisory-key.js';
 import { invalid, parseOptions } from './parse-options.js';
@@ -87,6 +91,10 @@ const sessionLockOptionsSchema = z
     signal: z.custom<AbortSignal>((v) => v instanceof AbortSignal).optional(),
     /** Longest wait to open the dedicated connection. Default 10 s. */
     connectTimeout: durationSchema.default(10_000),
+    /** A pino-compatible logger: a lost lock (warn). Without one: one console.error line, rate-limited. */
+    logger: loggerSchema.optional(),
+    /** OpenTelemetry: the `@opentelemetry/api` module, `false` for none; by default the installed one. */
+    telemetry: telemetrySchema.optional(),
   })
   .strict()
   .superRefine((o, ctx) => {
@@ -202,6 +210,7 @@ export class SessionLock {
   readonly #client: pg.Client;
   readonly #options: Parsed;
   readonly #controller = new AbortController();
+  readonly #log: LogSink;
   #timer: NodeJS.Timeout | undefined;
   #released: Promise<SessionLockReleased> | undefined;
   #lostReason: SessionLockLostReason | undefined;
@@ -211,6 +220,7 @@ export class SessionLock {
     this.key = key;
     this.pid = pid;
     this.#options = options;
+    this.#log = new LogSink(options.logger, 'pg-txkit session lock');
     this.lost = this.#controller.signal;
     client.removeAllListeners('error'); // the no-op listener kept the process safe until now
     client.on('error', (error) => this.#markLost('connection-error', error));
@@ -233,7 +243,15 @@ export class SessionLock {
     key: AnyAdvisoryKey,
     options: SessionLockOptions = {},
   ): ResultAsync<SessionLock, SessionLockError> {
-    return new ResultAsync(acquire(target, key, options)).map(
+    const keys = isAdvisoryKey(key) ? [formatAdvisoryKey(key)] : [];
+    const wait = options.wait ?? 'try';
+    const connection = connectionConfigOf(target);
+    const traced = traceLockWait(
+      resolveOpenTelemetry(options.telemetry),
+      { scope: 'session', wait, keys, connection },
+      () => acquire(target, key, options),
+    );
+    return new ResultAsync(traced).map(
       (held) => new SessionLock(held.client, held.key, held.pid, held.options),
     );
   }
@@ -331,6 +349,11 @@ export class SessionLock {
     clearTimeout(this.#timer);
     this.#lostReason = reason;
     const error = new LeaseLost(formatAdvisoryKey(this.key), cause);
+    this.#log.warn(
+      'lost',
+      { err: cause, key: formatAdvisoryKey(this.key), reason, pid: this.pid },
+      `session lock ${formatAdvisoryKey(this.key)} lost (${reason}): stop acting as its holder`,
+    );
     void closeClient(this.#client);
     this.#controller.abort(error);
     const onLost = this.#options.onLost;

@@ -7,6 +7,7 @@ import {
   LockNotAvailable,
   type TxError,
 } from '../../errors/index.js';
+import { traceLockWait } from '../../observability/lock-telemetry.js';
 import { timeoutSchema } from '../../tx/duration.js';
 import { isResult } from '../../tx/is-result.js';
 import type { TxManager } from '../../tx/tx-manager.js';
@@ -88,7 +89,11 @@ export function withAdvisoryLock<T, E = never, C extends Record<string, unknown>
   if (list.isErr()) return errAsync(list.error);
   const { wait, lockTimeout, tx: txOptions } = parsed.value;
   return tm.do(async (tx: Tx): Promise<Result<T, E | LockBusy | LockNotAvailable>> => {
-    const locked = await acquireXactLocks(tx, list.value, { wait, lockTimeout });
+    const locked = await traceLockWait(
+      tm.telemetry,
+      { scope: 'transaction', wait, keys: list.value.map(formatAdvisoryKey), connection: tm.pool.options },
+      () => acquireXactLocks(tx, list.value, { wait, lockTimeout }),
+    );
     if (locked.isErr()) return err(locked.error);
     return toResult<T, E>(await fn(tx));
   }, txOptions) as ResultAsync<T, E | AdvisoryLockError | TxError | ConstraintErrors<C>>;

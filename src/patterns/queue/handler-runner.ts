@@ -6,6 +6,7 @@ import {
   LeaseLost,
   type TxKitError,
 } from '../../errors/errors.js';
+import type { LogSink } from '../../observability/log-sink.js';
 import type { Tx } from '../../tx/types.js';
 import { errorText } from './error-text.js';
 import type { Job } from './job.js';
@@ -69,6 +70,8 @@ export interface HandlerRunnerOptions {
   readonly hooks: WorkerHooks | undefined;
   /** `ctx.progress` writes at most this often, in ms. */
   readonly progressIntervalMs: number;
+  /** Where a handler past its timeout is reported. */
+  readonly log?: LogSink | undefined;
 }
 
 /**
@@ -275,6 +278,16 @@ export class HandlerRunner {
     return dropped;
   }
 
+  #timedOut(running: Running, ms: number): void {
+    const { job } = running;
+    this.#o.log?.warn(
+      'handler-timeout',
+      { jobId: job.id, task: job.task, attempt: job.attempts, timeoutMs: ms },
+      `handler of job ${job.id} (${job.task}) ran past its ${ms} ms timeout: its signal is aborted and the attempt fails`,
+    );
+    this.#abort(running, 'timeout', new HandlerTimeoutError(ms));
+  }
+
   #abort(running: Running, why: AbortWhy, reason: unknown): void {
     if (running.why !== undefined) return;
     running.why = why;
@@ -300,6 +313,7 @@ export class HandlerRunner {
 
   #end(job: Job, durationMs: number, outcome: JobOutcome, error?: unknown): void {
     this.#events.onOutcome(outcome);
+    this.#store.telemetry.processed(job.task, outcome, error);
     if (this.#o.hooks?.onJobEnd === undefined) return;
     this.#hook(
       'onJobEnd',
@@ -311,8 +325,7 @@ export class HandlerRunner {
   async #handle(running: Running, handler: JobHandler<unknown>): Promise<{ error: unknown } | undefined> {
     let timer: ReturnType<typeof setTimeout> | undefined;
     const ms = this.#o.handlerTimeout;
-    if (ms !== undefined)
-      timer = setTimeout(() => this.#abort(running, 'timeout', new HandlerTimeoutError(ms)), ms);
+    if (ms !== undefined) timer = setTimeout(() => this.#timedOut(running, ms), ms);
     try {
       const context = new RunContext(running, this.#store, this.#o.progressIntervalMs, () =>
         this.#abort(running, 'lost', new LeaseLost(running.job.id)),
@@ -346,14 +359,21 @@ export class HandlerRunner {
     const { job } = running;
     this.#hook('onJobStart', job);
     const handler = this.#o.handlers[job.task];
+    // The processing span (OpenTelemetry), linked to the enqueuing one; undefined when nothing records.
+    const span = this.#store.telemetry.process(job);
     const failure =
       handler === undefined
         ? { error: new Error(`no handler for task "${job.task}"`) }
-        : await this.#handle(running, handler);
+        : await (span === undefined
+            ? this.#handle(running, handler)
+            : span.run(() => this.#handle(running, handler)));
     const durationMs = Date.now() - running.startedAt;
     // The settle below is batched and fenced; the slot does not wait for it.
     this.#free(job.id);
-    const end = (outcome: JobOutcome, error?: unknown) => this.#end(job, durationMs, outcome, error);
+    const end = (outcome: JobOutcome, error?: unknown) => {
+      span?.end(outcome, error);
+      this.#end(job, durationMs, outcome, error);
+    };
     // The last progress goes before the settle (kept for a retry, copied to the archive), unless the job
     // is no longer ours to write.
     if (running.completedInTx || (running.why !== undefined && running.why !== 'timeout'))

@@ -16,6 +16,7 @@ export {
   type GroupLimits,
   type GroupsOption,
   type JobInfo,
+  type MetricsOptions,
   type PruneOptions,
   type PruneResult,
   Queue,
@@ -29,6 +30,7 @@ export {
   type SettleError,
   type TaskMap,
 } from './queue.js';
+export type { BoundedCount, QueueMetrics } from './queue-health.js';
 export type { MissedPolicy, ScheduleDefinition, StoredSchedule } from './schedule-options.js';
 export type { DeclaredSchedule, ScheduleFiring, SchedulePassResult } from './schedule-pass.js';
 export { type FireSchedulesOptions, type ScheduleState, scheduledTick } from './schedule-state.js';

@@ -21,6 +21,8 @@ export interface JobListenerOptions {
   readonly onCancel?: ((id: string) => void) | undefined;
   /** Called with each connection error; the listener reconnects with a bounded backoff. */
   readonly onError: (error: unknown) => void;
+  /** Called each time LISTEN is in place (first connection and every reconnection). */
+  readonly onListening?: (() => void) | undefined;
 }
 
 /** Longest pause between two reconnection attempts. */
@@ -137,6 +139,7 @@ export class JobListener {
         if (this.#stopped) break;
         this.#listening = true;
         failures = 0;
+        this.#o.onListening?.();
         // Notifications may have been missed while (re)connecting.
         this.#o.onWake();
         const why = await Promise.race([lost, this.#stopping]);

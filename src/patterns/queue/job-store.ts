@@ -1,9 +1,12 @@
 import type { ResultAsync } from 'neverthrow';
 import type { z } from 'zod/v4';
 import type { DatabaseFailure, InvalidOptions, LeaseLost } from '../../errors/errors.js';
+import type { Logger } from '../../observability/logger.js';
+import type { QueueTelemetry } from '../../observability/queue-telemetry.js';
 import type { Db, Tx } from '../../tx/types.js';
 import type { Job, JobLease, JobState } from './job.js';
 import type { PayloadSchema } from './payload-schema.js';
+import type { QueueMetrics } from './queue-health.js';
 import type { pruneOptionsSchema } from './queue-options.js';
 import type { SchedulePassResult } from './schedule-pass.js';
 import type { InvalidLease } from './split-leases.js';
@@ -79,6 +82,10 @@ export interface ReapResult {
  * const jobs = await store.claim({ batch: 10, lease: 30_000, tasks: ['email'] });
  */
 export interface JobStore {
+  /** The queue's `logger` option (the workers' log lines), if given. */
+  readonly logger: Logger | undefined;
+  /** Spans and counters of enqueues and job runs (no-op without OpenTelemetry). */
+  readonly telemetry: QueueTelemetry;
   /** The NOTIFY channel workers LISTEN on. */
   readonly channel: string;
   /** The NOTIFY channel carrying cancelled running jobs' ids. */
@@ -112,6 +119,8 @@ export interface JobStore {
   ): ResultAsync<Map<string, Date>, InvalidOptions | DatabaseFailure>;
   /** Gives running jobs back without charging the attempt. */
   release(jobs: readonly JobLease[]): ResultAsync<string[], DatabaseFailure>;
+  /** The queue's health (bounded-cost counts, oldest ready age, table statistics). */
+  metrics(): ResultAsync<QueueMetrics, InvalidOptions | DatabaseFailure>;
   /** Returns expired leases to pending (or dead). */
   reap(): ResultAsync<ReapResult, InvalidOptions | DatabaseFailure>;
   /** Stores a running job's progress (JSON text from `progressJson`), fenced by the lease token. */

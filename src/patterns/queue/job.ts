@@ -42,6 +42,11 @@ export interface Job<P = unknown> {
   readonly progress: unknown;
   /** Its group (the key its concurrency and rate limits count by), if it was enqueued with one. */
   readonly group: string | null;
+  /**
+   * The trace context (W3C `traceparent`, `tracestate`) of the span that enqueued it, when
+   * OpenTelemetry was recording; its processing spans link to it. null otherwise.
+   */
+  readonly traceContext: Readonly<Record<string, string>> | null;
 }
 
 /** The part of a job that settles it: id and lease token. */
@@ -81,6 +86,7 @@ export interface JobRow {
   created_at_ms: number;
   progress: unknown;
   group_key: string | null;
+  trace_context: Record<string, string> | null;
 }
 
 /** Maps a claimed row to a {@link Job}. */
@@ -100,5 +106,6 @@ export function jobFromRow(row: JobRow): Job {
     createdAt: new Date(row.created_at_ms),
     progress: row.progress ?? null,
     group: row.group_key,
+    traceContext: row.trace_context ?? null,
   };
 }

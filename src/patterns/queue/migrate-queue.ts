@@ -2,6 +2,12 @@ import { ResultAsync } from 'neverthrow';
 import pg from 'pg';
 import { classify } from '../../errors/classify.js';
 import { DbError, type TxKitError } from '../../errors/errors.js';
+import { dbAttributes } from '../../observability/db-attributes.js';
+import { inSpan } from '../../observability/in-span.js';
+import { LogSink } from '../../observability/log-sink.js';
+import type { Logger } from '../../observability/logger.js';
+import type { OpenTelemetryApi } from '../../observability/otel-api.js';
+import { SpanKind } from '../../observability/span-kind.js';
 import { advisoryKey } from '../advisory/advisory-key.js';
 import { inClientTransaction } from './in-client-transaction.js';
 import { claimFunctionMigration } from './migrations/claim-function-migration.js';
@@ -9,6 +15,7 @@ import { groupLimitsMigration } from './migrations/group-limits-migration.js';
 import { jobControlMigration } from './migrations/job-control-migration.js';
 import { jobsMigration } from './migrations/jobs-migration.js';
 import { schedulesMigration } from './migrations/schedules-migration.js';
+import { traceContextMigration } from './migrations/trace-context-migration.js';
 
 /** What {@link migrateQueue} did. */
 export interface MigrateResult {
@@ -16,6 +23,12 @@ export interface MigrateResult {
   readonly applied: readonly number[];
   /** The schema's version after the call. */
   readonly version: number;
+}
+
+/** Where {@link migrateQueue} reports: the queue's logger and OpenTelemetry API. */
+export interface MigrateObservers {
+  readonly logger?: Logger | undefined;
+  readonly telemetry?: OpenTelemetryApi | undefined;
 }
 
 /** One numbered migration: its version, the name recorded in the migrations table and its SQL. */
@@ -36,6 +49,7 @@ const MIGRATIONS: readonly Migration[] = [
   claimFunctionMigration,
   groupLimitsMigration,
   schedulesMigration,
+  traceContextMigration,
   jobControlMigration,
 ];
 
@@ -75,7 +89,11 @@ function toError(e: unknown): TxKitError {
  * const result = await migrateQueue(pool, 'pgtxkit_queue');
  * if (result.isOk()) console.log(result.value.applied); // [1] the first time, [] afterwards
  */
-export function migrateQueue(pool: pg.Pool, schema: string): ResultAsync<MigrateResult, TxKitError> {
+export function migrateQueue(
+  pool: pg.Pool,
+  schema: string,
+  observe: MigrateObservers = {},
+): ResultAsync<MigrateResult, TxKitError> {
   const s = pg.escapeIdentifier(schema);
   const channel = pg.escapeLiteral(notifyChannel(schema));
   const run = (): Promise<MigrateResult> =>
@@ -105,5 +123,30 @@ export function migrateQueue(pool: pg.Pool, schema: string): ResultAsync<Migrate
       const version = Math.max(0, ...have, ...applied);
       return { applied, version };
     });
-  return ResultAsync.fromPromise(run(), toError);
+  const log = new LogSink(observe.logger, 'pg-txkit queue migrations');
+  const traced = inSpan(
+    observe.telemetry,
+    `migrate ${schema}`,
+    SpanKind.INTERNAL,
+    { ...dbAttributes(pool.options), 'db.operation.name': 'migrate', 'pg_txkit.queue.schema': schema },
+    run,
+    (result, span) => {
+      span.setAttribute('pg_txkit.migration.applied', result.applied.join(','));
+      span.setAttribute('pg_txkit.migration.version', result.version);
+    },
+  ).then(
+    (result) => {
+      if (result.applied.length > 0) {
+        log.info('applied', { schema, ...result }, `schema ${schema}: applied ${result.applied.join(', ')}`);
+      }
+      return result;
+    },
+    (error: unknown) => {
+      // The caller gets the Err: only a configured logger also hears of it (no console line).
+      if (observe.logger !== undefined)
+        log.error('failed', { err: error, schema }, `schema ${schema}: migration failed, nothing applied`);
+      throw error;
+    },
+  );
+  return ResultAsync.fromPromise(traced, toError);
 }

@@ -1,4 +1,6 @@
 import { z } from 'zod/v4';
+import { loggerSchema } from '../../observability/logger.js';
+import { telemetrySchema } from '../../observability/otel-api.js';
 import { durationSchema, spanSchema } from '../../tx/duration.js';
 import { isPayloadSchema, type PayloadSchema } from './payload-schema.js';
 import { isJobId } from './split-leases.js';
@@ -102,6 +104,10 @@ export const queueOptionsSchema = z.strictObject({
   groups: z.record(groupKey, groupLimitsSchema).optional(),
   /** Rate limits per task (across all its jobs, grouped or not). */
   taskRates: z.record(taskName, rateSchema).optional(),
+  /** A pino-compatible logger for the workers (without one: errors to console.error, rate-limited). */
+  logger: loggerSchema.optional(),
+  /** OpenTelemetry: the `@opentelemetry/api` module, `false` for none; by default the installed one is found. */
+  telemetry: telemetrySchema.optional(),
 });
 
 /**
@@ -218,3 +224,9 @@ export const pruneOptionsSchema = pruneFieldsSchema.refine(...SOME_RETENTION);
 
 /** Parses `input` with `schema`, mapping zod's issues to `InvalidOptions` (the shared helper). */
 export { parseOptions } from '../../errors/parse-options.js';
+
+/** Options of `queue.metrics()`. */
+export const metricsOptionsSchema = z.strictObject({
+  /** Each count by state reads at most this many index entries: exact below it, a lower bound at it. */
+  cap: z.number().int().min(1).max(10_000_000).default(10_000),
+});

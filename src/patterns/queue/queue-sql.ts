@@ -6,7 +6,7 @@ import pg from 'pg';
  */
 const epochMs = (column: string) => `(extract(epoch FROM ${column}) * 1000)::float8 AS ${column.slice(2)}_ms`;
 const JOB_COLUMNS = `j.id, j.task, j.payload, j.priority, ${epochMs('j.run_at')}, j.attempts, j.max_attempts, j.key,
-  j.last_error, j.lease_token, ${epochMs('j.lease_expires_at')}, ${epochMs('j.created_at')}, j.progress, j.group_key`;
+  j.last_error, j.lease_token, ${epochMs('j.lease_expires_at')}, ${epochMs('j.created_at')}, j.progress, j.group_key, j.trace_context`;
 
 /** The ON CONFLICT target matching the partial unique index jobs_key. */
 const KEY_CONFLICT = `(task, key) WHERE key IS NOT NULL AND state IN ('pending', 'running')`;
@@ -99,8 +99,8 @@ export function queueStatements(
         ON CONFLICT (key) DO NOTHING
       ),
       ins AS (
-        INSERT INTO ${jobs} AS j (task, payload, priority, run_at, max_attempts, backoff_base_ms, backoff_cap_ms, key, group_key)
-        VALUES ($1, $2::jsonb, $3, coalesce($4::timestamptz, now()), $5, $6, $7, $8, $9::text)
+        INSERT INTO ${jobs} AS j (task, payload, priority, run_at, max_attempts, backoff_base_ms, backoff_cap_ms, key, group_key, trace_context)
+        VALUES ($1, $2::jsonb, $3, coalesce($4::timestamptz, now()), $5, $6, $7, $8, $9::text, $10::jsonb)
         ON CONFLICT ${KEY_CONFLICT} DO NOTHING
         RETURNING j.id, j.task, j.state, j.run_at, j.key, j.group_key
       )
@@ -120,8 +120,8 @@ export function queueStatements(
         SELECT DISTINCT g FROM unnest($9::text[]) AS g WHERE g IS NOT NULL ORDER BY g
         ON CONFLICT (key) DO NOTHING
       )
-      INSERT INTO ${jobs} (task, payload, priority, run_at, max_attempts, backoff_base_ms, backoff_cap_ms, key, group_key)
-      SELECT $1, t.payload, $3, coalesce($4::timestamptz, now()), $5, $6, $7, t.key, t.group_key
+      INSERT INTO ${jobs} (task, payload, priority, run_at, max_attempts, backoff_base_ms, backoff_cap_ms, key, group_key, trace_context)
+      SELECT $1, t.payload, $3, coalesce($4::timestamptz, now()), $5, $6, $7, t.key, t.group_key, $10::jsonb
         FROM unnest($2::jsonb[], $8::text[], $9::text[]) WITH ORDINALITY AS t(payload, key, group_key, n)
        ORDER BY t.n
       ON CONFLICT ${KEY_CONFLICT} DO NOTHING

@@ -10,6 +10,9 @@ import {
   type TxKitError,
   UnknownTask,
 } from '../../errors/errors.js';
+import type { Logger } from '../../observability/logger.js';
+import { resolveOpenTelemetry } from '../../observability/otel-api.js';
+import { type QueueSend, QueueTelemetry } from '../../observability/queue-telemetry.js';
 import { guardClientErrors } from '../../tx/guard-client-errors.js';
 import type { Db, Queryable } from '../../tx/types.js';
 import { errorText } from './error-text.js';
@@ -28,11 +31,13 @@ import type {
 import { cancelChannel, type MigrateResult, migrateQueue, notifyChannel } from './migrate-queue.js';
 import { type PayloadInput, type PayloadSchema, validatePayload } from './payload-schema.js';
 import { progressJson } from './progress-json.js';
+import { type QueueMetrics, readQueueMetrics, type StateCountsRow } from './queue-health.js';
 import {
   claimOptionsSchema,
   enqueueManyOptionsSchema,
   enqueueOptionsSchema,
   failOptionsSchema,
+  metricsOptionsSchema,
   parseOptions,
   pruneOptionsSchema,
   queueOptionsSchema,
@@ -111,6 +116,8 @@ export type ClaimOptions = z.input<typeof claimOptionsSchema>;
 export type FailOptions = z.input<typeof failOptionsSchema>;
 /** Options of {@link Queue.redrive}. */
 export type RedriveOptions = z.input<typeof redriveOptionsSchema>;
+/** Options of {@link Queue.metrics}. */
+export type MetricsOptions = z.input<typeof metricsOptionsSchema>;
 /** Options of {@link Queue.reap}. */
 export type ReapOptions = z.input<typeof reapOptionsSchema>;
 /** Options of {@link Queue.prune}. */
@@ -252,6 +259,10 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
   readonly taskNames: readonly string[];
   /** Default lease in ms. */
   readonly leaseMs: number;
+  /** The `logger` option: where the workers' log lines go (else console.error, rate-limited). */
+  readonly logger: Logger | undefined;
+  /** Spans and counters of enqueues and job runs (no-op without OpenTelemetry). */
+  readonly telemetry: QueueTelemetry;
   readonly #tasks: T;
   readonly #sql: QueueStatements;
   readonly #maxAttempts: number;
@@ -284,6 +295,8 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
     this.#tasks = options.tasks;
     this.taskNames = Object.freeze(Object.keys(options.tasks));
     this.leaseMs = o.lease;
+    this.logger = o.logger;
+    this.telemetry = new QueueTelemetry(resolveOpenTelemetry(o.telemetry), o.pool.options, o.schema);
     this.#maxAttempts = o.maxAttempts;
     this.#backoff = o.backoff;
     this.#sql = queueStatements(o.schema, {
@@ -359,7 +372,7 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
    * if (migrated.isErr()) throw migrated.error;
    */
   migrate(): ResultAsync<MigrateResult, TxKitError> {
-    return migrateQueue(this.pool, this.schema);
+    return migrateQueue(this.pool, this.schema, { logger: this.logger, telemetry: this.telemetry.api });
   }
 
   #validate<K extends keyof T & string>(
@@ -403,6 +416,7 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
     if (checked.isErr()) return errAsync(checked.error);
     const { value, o } = checked.value;
     const backoff = o.backoff ?? this.#backoff;
+    const send = this.telemetry.send(task, 1);
     const params = [
       task,
       JSON.stringify(value),
@@ -413,6 +427,7 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
       backoff.capMs,
       o.key ?? null,
       o.group ?? null,
+      send?.carrier ?? null,
     ];
     type Row = {
       id: string;
@@ -442,7 +457,9 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
           created: row.created,
         });
       });
-    return attempt(ENQUEUE_RACE_RETRIES);
+    return send === undefined
+      ? attempt(ENQUEUE_RACE_RETRIES)
+      : traced(send, attempt(ENQUEUE_RACE_RETRIES), (j) => [j.id]);
   }
 
   /**
@@ -496,7 +513,8 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
     }
     if (values.length === 0) return ResultAsync.fromSafePromise(Promise.resolve({ ids: [], skipped: 0 }));
     const backoff = o.backoff ?? this.#backoff;
-    return run<{ id: string }>(db, this.#sql.enqueueMany, [
+    const send = this.telemetry.send(task, values.length);
+    const inserted = run<{ id: string }>(db, this.#sql.enqueueMany, [
       task,
       values,
       o.priority,
@@ -506,7 +524,9 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
       backoff.capMs,
       o.keys ?? values.map(() => null),
       o.groups ?? values.map(() => o.group ?? null),
+      send?.carrier ?? null,
     ]).map((res) => ({ ids: res.rows.map((r) => String(r.id)), skipped: values.length - res.rows.length }));
+    return send === undefined ? inserted : traced(send, inserted, (r) => r.ids);
   }
 
   /**
@@ -898,22 +918,16 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
   }
 
   /**
-   * Counts jobs by state, the oldest ready job's age and the jobs table's dead tuples.
+   * Counts jobs by state, the oldest ready job's age and the jobs table's dead tuples: exact, and it
+   * reads every row of the jobs table (count(*) FILTER …) — cost grows with the backlog. For a
+   * dashboard or a metrics exporter use {@link Queue.metrics} (bounded cost).
    *
    * @example
    * const s = await queue.stats();
    * if (s.isOk()) console.log(s.value.pending, s.value.oldestReadyMs, s.value.deadTuples);
    */
   stats(): ResultAsync<QueueStats, DatabaseFailure> {
-    type Row = {
-      pending: number;
-      ready: number;
-      running: number;
-      expired: number;
-      dead: number;
-      oldest_ready_ms: number | null;
-    };
-    return run<Row>(this.pool, this.#sql.stats, []).andThen((counts) =>
+    return run<StateCountsRow>(this.pool, this.#sql.stats, []).andThen((counts) =>
       run<{ live: number; dead: number }>(this.pool, this.#sql.tableStats, [this.schema]).map((table) => {
         const c = counts.rows[0];
         const t = table.rows[0];
@@ -929,6 +943,22 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
         };
       }),
     );
+  }
+
+  /**
+   * The queue's health, cheap at any backlog (one statement, bounded cost; safe to poll from a
+   * dashboard): counts by state that are exact below `cap` (default 10 000) and a lower bound above it
+   * (`exact: false`), the oldest ready job's age (exact), and the jobs table's live and dead tuples and
+   * size from PostgreSQL's statistics (estimates). {@link Queue.stats} counts exactly, reading every row.
+   *
+   * @example
+   * const m = await queue.metrics();
+   * if (m.isOk()) console.log(m.value.ready.count, m.value.ready.exact ? '' : '+', m.value.oldestReadyMs);
+   */
+  metrics(options: MetricsOptions = {}): ResultAsync<QueueMetrics, InvalidOptions | DatabaseFailure> {
+    const parsed = parseOptions(metricsOptionsSchema, options);
+    if (parsed.isErr()) return errAsync(parsed.error);
+    return readQueueMetrics(this.pool, this.schema, parsed.value.cap);
   }
 
   /**
@@ -964,4 +994,21 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
   work(handlers: WorkHandlers<T>, options: WorkOptionsInput = {}): QueueWorker<T> {
     return new QueueWorker(this, handlers, options);
   }
+}
+
+/** Ends an enqueue's span when its statement settles (the result passes through unchanged). */
+function traced<T, E>(
+  send: QueueSend,
+  result: ResultAsync<T, E>,
+  ids: (value: T) => readonly string[],
+): ResultAsync<T, E> {
+  return result
+    .map((value) => {
+      send.end({ ids: ids(value) });
+      return value;
+    })
+    .mapErr((error) => {
+      send.end({ error });
+      return error;
+    });
 }

@@ -1,3 +1,5 @@
+import { LogSink } from '../../observability/log-sink.js';
+import { gaugeReading } from './gauge-reading.js';
 import { type BufferedJob, HandlerRunner } from './handler-runner.js';
 import type { Job } from './job.js';
 import { JobListener } from './job-listener.js';
@@ -45,6 +47,8 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
   readonly #listener: JobListener | undefined;
   readonly #skipped: readonly SkippedTask[];
   readonly #scheduler: ScheduleLoop | undefined;
+  /** The queue's logger, or the rate-limited console: errors are never silent. */
+  readonly #log: LogSink;
   readonly #counters = {
     started: 0,
     completed: 0,
@@ -58,6 +62,9 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
   };
   readonly #timers: ReturnType<typeof setInterval>[] = [];
   #heartbeatTimer: ReturnType<typeof setInterval> | undefined;
+  #unobserve: () => void = () => {};
+  /** LISTEN connection failures since it last worked (a streak is logged once at error). */
+  #listenFailures = 0;
   /** Jobs held beyond the handler slots (the local queue's target); adapts when prefetch is 'auto'. */
   #prefetch: number;
   #stopping = false;
@@ -71,6 +78,7 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
     if (parsed.isErr()) throw parsed.error;
     this.#o = parsed.value;
     this.#store = store;
+    this.#log = new LogSink(store.logger, 'pg-txkit queue worker');
     this.#leaseMs = this.#o.lease ?? store.leaseMs;
     this.#prefetch = this.#o.prefetch === 'auto' ? 0 : this.#o.prefetch;
     const byTask = handlers as Readonly<Record<string, JobHandler<unknown> | undefined>>;
@@ -102,6 +110,7 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
         handlerTimeout: this.#o.handlerTimeout,
         hooks: this.#o.hooks,
         progressIntervalMs: this.#o.progressInterval,
+        log: this.#log,
       },
       {
         onSlotFree: () => this.#slotFree(),
@@ -155,10 +164,22 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
         cancelChannel: store.cancelChannel,
         onWake: () => this.#wake.wake(),
         onCancel: (id) => this.#cancelled(id),
-        onError: (e) => this.#error(e, 'listen'),
+        onError: (e) => this.#error(e, 'listen', ++this.#listenFailures),
+        onListening: () => {
+          if (this.#listenFailures > 0) {
+            this.#log.info(
+              'listen',
+              { phase: 'listen', failures: this.#listenFailures },
+              'LISTEN connection back',
+            );
+          }
+          this.#listenFailures = 0;
+        },
       });
       this.#listener.start();
     }
+    // OpenTelemetry gauges of the queue's health while this worker runs (no-op without the API).
+    this.#unobserve = store.telemetry.observe(() => gaugeReading(store));
     // The loop may not end in an unhandled rejection: a defect is reported and stops the worker.
     this.#loopDone = this.#claimLoop().catch((e: unknown) => {
       this.#error(e, 'worker');
@@ -245,6 +266,7 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
       this.#error(e, 'worker');
     } finally {
       clearInterval(this.#heartbeatTimer);
+      this.#unobserve();
       await this.#listener?.stop();
     }
   }
@@ -258,8 +280,12 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
     }
   }
 
-  #error(error: unknown, phase: WorkerPhase): void {
+  /** Reports an error: hooks.onError and the log (a streak's repeats at debug, after its first line). */
+  #error(error: unknown, phase: WorkerPhase, streak = 1): void {
     this.#counters.errors++;
+    const fields = { err: error, phase, channel: this.#store.channel, streak };
+    if (streak > 1) this.#log.debug(phase, fields, `${phase} failed again (${streak} in a row)`);
+    else this.#log.error(phase, fields, `${phase} failed; the worker keeps trying`);
     try {
       this.#o.hooks?.onError?.(error, phase);
     } catch {
@@ -319,9 +345,16 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
         if (r.isErr()) throw r.error;
         claimed = r.value.jobs;
         rateWaitMs = r.value.waitMs;
+        if (failures > 0) {
+          this.#log.info(
+            'claim',
+            { phase: 'claim', failures },
+            `claims work again after ${failures} failures`,
+          );
+        }
         failures = 0;
       } catch (e) {
-        this.#error(e, 'claim');
+        this.#error(e, 'claim', failures + 1);
         failures++;
         // Back off on a failing database (bounded), but wake on stop.
         await this.#wake.wait(Math.min(this.#o.pollInterval, 100 * 2 ** Math.min(failures, 5)));

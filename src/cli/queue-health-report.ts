@@ -1,0 +1,133 @@
+import pg from 'pg';
+import { type QueueMetrics, readQueueMetrics } from '../patterns/queue/queue-health.js';
+import { runQuery } from '../patterns/run-query.js';
+
+/** A finding about a queue: what is wrong, and what to do. */
+export interface QueueFinding {
+  readonly severity: 'warning' | 'problem';
+  readonly message: string;
+}
+
+/** The health of one queue schema, as `pg-txkit doctor` reports it. */
+export interface QueueHealthRead extends QueueMetrics {
+  readonly schema: string;
+  /** The schema's queue migration version. */
+  readonly version: number;
+  readonly findings: readonly QueueFinding[];
+}
+
+/** A queue the doctor could not read (a role without SELECT on it, a statement timeout …). */
+export interface QueueHealthUnread {
+  readonly schema: string;
+  /** What the server said. */
+  readonly error: string;
+  readonly findings: readonly QueueFinding[];
+}
+
+/** One queue in the doctor's report: read, or why not. */
+export type QueueHealth = QueueHealthRead | QueueHealthUnread;
+
+/** Thresholds of the queue findings. */
+export interface QueueHealthOptions {
+  /** The oldest ready job older than this is a finding (ms). */
+  readonly lagMs: number;
+  /** Counts stop at this many jobs per state. */
+  readonly cap: number;
+}
+
+// No lock (catalog reads): schemas that hold a pg-txkit queue — a migrations table, a jobs table and
+// the claim_jobs function of queue migration 2.
+const FIND_QUEUES_SQL = `
+  SELECT n.nspname AS schema
+    FROM pg_namespace n
+   WHERE EXISTS (SELECT 1 FROM pg_class c WHERE c.relnamespace = n.oid AND c.relname = 'migrations' AND c.relkind = 'r')
+     AND EXISTS (SELECT 1 FROM pg_class c WHERE c.relnamespace = n.oid AND c.relname = 'jobs' AND c.relkind = 'r')
+     AND EXISTS (SELECT 1 FROM pg_proc p WHERE p.pronamespace = n.oid AND p.proname = 'claim_jobs')
+   ORDER BY 1`;
+
+/**
+ * The schemas of the connected database that hold a pg-txkit queue.
+ *
+ * @example
+ * const schemas = await findQueueSchemas(pool); // ['pgtxkit_queue']
+ */
+export async function findQueueSchemas(pool: pg.Pool): Promise<string[]> {
+  const { rows } = await pool.query<{ schema: string }>(FIND_QUEUES_SQL);
+  return rows.map((r) => r.schema);
+}
+
+function findingsOf(m: QueueMetrics, options: QueueHealthOptions): QueueFinding[] {
+  const findings: QueueFinding[] = [];
+  const count = (c: { count: number; exact: boolean }) => `${c.count}${c.exact ? '' : '+'}`;
+  if (m.expired.count > 0) {
+    findings.push({
+      severity: 'problem',
+      message: `${count(m.expired)} running job(s) with an expired lease: their workers died or stalled; a running worker's reaper returns them (queue.reap())`,
+    });
+  }
+  if (m.dead.count > 0) {
+    findings.push({
+      severity: 'warning',
+      message: `${count(m.dead)} dead job(s): attempts used up; look at last_error, then queue.redrive() or cancel`,
+    });
+  }
+  if (m.oldestReadyMs > options.lagMs) {
+    findings.push({
+      severity: 'problem',
+      message: `the oldest ready job waits for ${Math.round(m.oldestReadyMs / 1000)} s: no worker, or too few (${count(m.ready)} ready)`,
+    });
+  }
+  const { liveTuples, deadTuples } = m.table;
+  if (deadTuples > 10_000 && deadTuples > liveTuples) {
+    findings.push({
+      severity: 'warning',
+      message: `${deadTuples} dead tuples for ${liveTuples} live ones in the jobs table: vacuum is behind (a long transaction holding back the horizon?)`,
+    });
+  }
+  return findings;
+}
+
+/**
+ * Reads each queue's health (one bounded-cost statement per schema, see `queue.metrics()`) and its
+ * findings: expired leases, dead jobs, a lagging queue, a bloated table.
+ *
+ * @example
+ * const health = await queueHealth(pool, await findQueueSchemas(pool), { lagMs: 300_000, cap: 10_000 });
+ */
+export async function queueHealth(
+  pool: pg.Pool,
+  schemas: readonly string[],
+  options: QueueHealthOptions,
+): Promise<QueueHealth[]> {
+  const out: QueueHealth[] = [];
+  for (const schema of schemas) {
+    // Plain read of the schema's migrations table (ACCESS SHARE), then the metrics statement.
+    const version = await runQuery<{ version: number | null }>(
+      pool,
+      `SELECT max(version) AS version FROM ${pg.escapeIdentifier(schema)}.migrations`,
+    );
+    const m = version.isErr() ? version : await readQueueMetrics(pool, schema, options.cap);
+    if (m.isErr()) {
+      // A failure is the server's answer about THIS queue (permission denied for a pg_monitor role,
+      // the doctor's own lock or statement timeout): reported, and the other queues are still read.
+      const cause = m.error.cause;
+      const error = cause instanceof Error ? cause.message : m.error.message;
+      out.push({
+        schema,
+        error,
+        findings: [
+          {
+            severity: 'problem',
+            message: /permission denied/i.test(error)
+              ? `could not read the queue (${error}): grant SELECT on ${schema}.jobs and ${schema}.migrations to this role`
+              : `could not read the queue (${error})`,
+          },
+        ],
+      });
+      continue;
+    }
+    const read = version.isOk() ? (version.value.rows[0]?.version ?? 0) : 0;
+    out.push({ schema, version: read, ...m.value, findings: findingsOf(m.value, options) });
+  }
+  return out;
+}

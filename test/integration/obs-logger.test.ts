@@ -1,0 +1,184 @@
+import net from 'node:net';
+import pg from 'pg';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { z } from 'zod/v4';
+import { type Logger, Queue, TxManager } from '../../src/index.js';
+import { eventually } from '../fixtures/queue-helpers.js';
+import { useTestDatabase } from '../helpers.js';
+
+/** A port nobody listens on: bound, then closed again. */
+async function closedPort(): Promise<number> {
+  const server = net.createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const address = server.address();
+  if (address === null || typeof address === 'string') throw new Error('no port');
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return address.port;
+}
+
+interface Line {
+  readonly level: string;
+  readonly obj: Record<string, unknown>;
+  readonly msg: string | undefined;
+}
+
+/** A pino-compatible logger that records its lines. */
+function recordingLogger(): { lines: Line[]; logger: Logger } {
+  const lines: Line[] = [];
+  const at =
+    (level: string) =>
+    (obj: object, msg?: string): void => {
+      lines.push({ level, obj: obj as Record<string, unknown>, msg });
+    };
+  return { lines, logger: { error: at('error'), warn: at('warn'), info: at('info'), debug: at('debug') } };
+}
+
+describe('a worker pointed at an unreachable database', () => {
+  afterEach(() => {
+    vi.restoreAllMocks();
+  });
+
+  it('logs its connection errors to the given logger instead of swallowing them', async () => {
+    const port = await closedPort();
+    // The README's setup: a plain pool, no pool.on('error').
+    const pool = new pg.Pool({ host: '127.0.0.1', port, user: 'nobody', database: 'none' });
+    const { lines, logger } = recordingLogger();
+    const tm = new TxManager(pool);
+    const queue = new Queue({ pool, txManager: tm, tasks: { email: z.object({ to: z.string() }) }, logger });
+    const worker = queue.work({ email: async () => {} }, { pollInterval: 20 });
+    try {
+      await eventually(() => lines.some((l) => l.level === 'error' && l.obj.phase === 'claim'));
+      const first = lines.find((l) => l.level === 'error' && l.obj.phase === 'claim');
+      expect(first?.obj.phase).toBe('claim');
+      expect(String(first?.msg)).toMatch(/claim/);
+      expect(first?.obj.err).toBeDefined();
+    } finally {
+      await worker.stop();
+      await pool.end();
+    }
+  });
+
+  it('without a logger writes to console.error, rate-limited, never silently', async () => {
+    const port = await closedPort();
+    const pool = new pg.Pool({ host: '127.0.0.1', port, user: 'nobody', database: 'none' });
+    const written: unknown[][] = [];
+    vi.spyOn(console, 'error').mockImplementation((...args: unknown[]) => {
+      written.push(args);
+    });
+    const tm = new TxManager(pool);
+    const queue = new Queue({ pool, txManager: tm, tasks: { email: z.object({ to: z.string() }) } });
+    const worker = queue.work({ email: async () => {} }, { pollInterval: 20 });
+    try {
+      await eventually(() => worker.counters.errors >= 5);
+      expect(written.length).toBeGreaterThanOrEqual(1);
+      // Rate-limited: five failed claims, one line (the next one a minute later at the earliest).
+      expect(written.length).toBeLessThan(worker.counters.errors);
+      const claimLines = written.filter((w) => /pg-txkit queue worker: claim failed/.test(String(w[0])));
+      expect(claimLines).toHaveLength(1);
+      expect(String(claimLines[0]?.[0])).toMatch(/ECONNREFUSED/);
+    } finally {
+      await worker.stop();
+      await pool.end();
+    }
+  });
+});
+
+describe('a worker on a live database, with a logger', async () => {
+  const { pool, url } = await useTestDatabase();
+
+  it('logs a lost LISTEN connection at error and its return at info', async () => {
+    const { lines, logger } = recordingLogger();
+    const queue = new Queue({
+      pool,
+      txManager: new TxManager(pool),
+      schema: 'log_q',
+      tasks: { t: z.object({}) },
+      logger,
+    });
+    (await queue.migrate())._unsafeUnwrap();
+    const worker = queue.work({ t: async () => {} }, { pollInterval: 50 });
+    const admin = new pg.Client({ connectionString: url });
+    await admin.connect();
+    try {
+      await eventually(() => worker.listening);
+      await admin.query(
+        `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+          WHERE datname = current_database() AND query LIKE 'LISTEN %' AND pid <> pg_backend_pid()`,
+      );
+      await eventually(() =>
+        lines.some((l) => l.level === 'info' && /LISTEN connection back/.test(String(l.msg))),
+      );
+      const lost = lines.find((l) => l.obj.phase === 'listen' && l.level === 'error');
+      expect(lost?.msg).toMatch(/listen failed/);
+    } finally {
+      await admin.end();
+      await worker.stop();
+    }
+  });
+
+  it('logs a handler past its timeout at warn', async () => {
+    const { lines, logger } = recordingLogger();
+    const queue = new Queue({
+      pool,
+      txManager: new TxManager(pool),
+      schema: 'log_q2',
+      tasks: { t: z.object({}) },
+      logger,
+    });
+    (await queue.migrate())._unsafeUnwrap();
+    const job = (await queue.enqueue(pool, 't', {}))._unsafeUnwrap();
+    const worker = queue.work(
+      {
+        t: (_job, ctx) =>
+          new Promise<void>((resolve) => ctx.signal.addEventListener('abort', () => resolve())),
+      },
+      { handlerTimeout: 50, listen: false },
+    );
+    try {
+      await eventually(() => lines.some((l) => l.level === 'warn'));
+      const warn = lines.find((l) => l.level === 'warn');
+      expect(warn?.msg).toMatch(new RegExp(`handler of job ${job.id} \\(t\\) ran past its 50 ms timeout`));
+      expect(warn?.obj).toMatchObject({ jobId: job.id, task: 't', timeoutMs: 50 });
+    } finally {
+      await worker.stop();
+    }
+  });
+});
+
+describe('TxManager logger', async () => {
+  const { pool } = await useTestDatabase();
+
+  it('logs a retry at debug and a throwing afterCommit at error (instead of a process warning)', async () => {
+    const { lines, logger } = recordingLogger();
+    const warnings: unknown[] = [];
+    const onWarning = (w: unknown) => warnings.push(w);
+    process.on('warning', onWarning);
+    try {
+      const tm = new TxManager(pool, { logger });
+      let calls = 0;
+      await tm.doOrThrow(
+        async (tx) => {
+          if (++calls === 1)
+            await tx.query(`DO $$ BEGIN RAISE EXCEPTION 'c' USING ERRCODE = '40001'; END $$`);
+          tx.afterCommit(() => {
+            throw new Error('webhook down');
+          });
+          return 1;
+        },
+        { name: 'pay', backoff: { baseMs: 1, capMs: 1 } },
+      );
+      await new Promise((resolve) => setImmediate(resolve));
+      expect(lines.find((l) => l.level === 'debug')?.obj).toMatchObject({
+        name: 'pay',
+        attempt: 1,
+        kind: 'SerializationFailure',
+      });
+      const error = lines.find((l) => l.level === 'error');
+      expect(error?.obj).toMatchObject({ source: 'afterCommit', name: 'pay' });
+      expect(error?.obj.err).toMatchObject({ message: 'webhook down' });
+      expect(warnings).toEqual([]);
+    } finally {
+      process.off('warning', onWarning);
+    }
+  });
+});
