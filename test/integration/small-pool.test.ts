@@ -231,3 +231,47 @@ describe('queue on a pool of 1', () => {
     },
   );
 });
+
+describe('job progress on a pool of 1', () => {
+  it('ctx.progress awaited inside ctx.transaction (whose client is the only one) is refused with PoolExhausted, not a hang', async () => {
+    const pool = smallPool(1);
+    const tm = new TxManager(pool);
+    const queue = new Queue({
+      pool,
+      txManager: tm,
+      schema: 'q_small_progress',
+      tasks: { receipt: z.object({ orderId: z.number().int() }) },
+    });
+    (await queue.migrate())._unsafeUnwrap();
+    const job = (await queue.enqueue(pool, 'receipt', { orderId: 7 }))._unsafeUnwrap();
+    let seen: (kind: string) => void = () => {};
+    const progressOutcome = new Promise<string>((resolve) => {
+      seen = resolve;
+    });
+    let finished: () => void = () => {};
+    const done = new Promise<void>((resolve) => {
+      finished = resolve;
+    });
+    const worker = queue.work(
+      {
+        receipt: async (j, ctx) => {
+          const r = await ctx.transaction(async (tx) => {
+            const p = await ctx.progress({ step: 'charging' }); // needs a pool client: the tx holds the only one
+            seen(p.isErr() ? p.error.kind : 'ok');
+            await tx.query('INSERT INTO receipts (order_id) VALUES ($1)', [j.payload.orderId]);
+          });
+          if (r.isErr()) throw r.error;
+          finished();
+        },
+      },
+      { concurrency: 1, listen: false, pollInterval: 50 },
+    );
+    expect(await progressOutcome).toBe('PoolExhausted');
+    await done;
+    await worker.stop();
+    expect((await admin.query('SELECT 1 FROM q_small_progress.jobs WHERE id = $1', [job.id])).rowCount).toBe(
+      0,
+    );
+    expect((await admin.query('SELECT order_id FROM receipts')).rows).toEqual([{ order_id: 7 }]);
+  }, 15_000);
+});
