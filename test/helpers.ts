@@ -3,6 +3,9 @@ import { afterAll, inject } from 'vitest';
 import { type StartedPgBouncer, startPgBouncer } from '../src/testing/pgbouncer.js';
 import { createTestDatabase, type TestDatabase } from '../src/testing/test-database.js';
 
+/** pg's own default `max` for a `pg.Pool` (what the README's `new pg.Pool({ connectionString })` gets). */
+const PG_DEFAULT_POOL_MAX = 10;
+
 /** The run's server admin URL (from the global setup). */
 export function serverUrl(): string {
   return inject('pgUrl');
@@ -44,7 +47,9 @@ export async function useTestDatabase(poolOptions: pg.PoolConfig = {}): Promise<
 }> {
   const db = await createTestDatabase(serverUrl());
   const mode = viaPgBouncer();
-  const max = poolOptions.max ?? 20;
+  // The README's pool: `new pg.Pool({ connectionString })`, pg's default of 10 clients. A test whose
+  // scenario needs more connections at once says so with its own `max`.
+  const max = poolOptions.max ?? PG_DEFAULT_POOL_MAX;
   // As many server connections as the pool has clients: tests that hold N transactions open at once
   // (gates, deadlock cycles) must not wait on PgBouncer's own pool. Transactions still move between
   // server connections, which is the hazard under test.
@@ -52,7 +57,7 @@ export async function useTestDatabase(poolOptions: pg.PoolConfig = {}): Promise<
     ? await startPgBouncer({ target: db.url, poolMode: mode, poolSize: max, maxClientConn: max * 4 + 50 })
     : undefined;
   const pooledUrl = bouncer?.url ?? db.url;
-  const pool = new pg.Pool({ connectionString: pooledUrl, max: 20, ...poolOptions });
+  const pool = new pg.Pool({ connectionString: pooledUrl, ...poolOptions });
   afterAll(async () => {
     await pool.end();
     await bouncer?.stop();

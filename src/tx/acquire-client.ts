@@ -13,8 +13,11 @@ export interface AcquireOptions {
   readonly failFast: boolean;
 }
 
+/** What {@link freeClients} reads of a pool. */
+export type PoolCounters = Pick<pg.Pool, 'options' | 'idleCount' | 'totalCount' | 'waitingCount'>;
+
 /** Clients the pool could hand out right now without anyone waiting: idle ones plus room to grow. */
-export function freeClients(pool: pg.Pool): number {
+export function freeClients(pool: PoolCounters): number {
   const max = (pool.options as { max?: number } | undefined)?.max ?? 10;
   return pool.idleCount + Math.max(0, max - pool.totalCount) - pool.waitingCount;
 }

@@ -8,7 +8,7 @@ import { TxManager } from '../../src/tx/tx-manager.js';
 import { eventually, leaks } from '../fixtures/queue-helpers.js';
 import { useTestDatabase, viaPgBouncer } from '../helpers.js';
 
-const { pool, url } = await useTestDatabase({ max: 30 });
+const { pool, url } = await useTestDatabase();
 const tm = new TxManager(pool);
 // LISTEN needs a session of its own: behind a transaction-mode pooler (the `pgbouncer` project) the
 // LISTEN tests use a direct pool; through the pooler the worker refuses LISTEN

@@ -14,7 +14,7 @@ import { useTestDatabase } from '../helpers.js';
 // checker query states the invariant. Each property has a NAIVE CONTROL (read in the app, check, write)
 // that the same property must catch: the naive sessions meet at a gate between read and write, so the
 // race is certain, and the test asserts that fast-check finds the counterexample.
-const { pool } = await useTestDatabase({ max: 16 });
+const { pool } = await useTestDatabase();
 const tm = new TxManager(pool, { defaults: { maxAttempts: 30, backoff: { baseMs: 1, capMs: 20 } } });
 await pool.query(`
   CREATE TABLE stock (sku text PRIMARY KEY, left_units int NOT NULL);

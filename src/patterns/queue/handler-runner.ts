@@ -4,9 +4,11 @@ import {
   type InvalidOptions,
   JobCancelled,
   LeaseLost,
+  PoolExhausted,
   type TxKitError,
 } from '../../errors/errors.js';
 import type { LogSink } from '../../observability/log-sink.js';
+import { freeClients } from '../../tx/acquire-client.js';
 import type { Tx } from '../../tx/types.js';
 import { errorText } from './error-text.js';
 import type { Job } from './job.js';
@@ -42,6 +44,8 @@ interface Running {
   completedInTx: boolean;
   txError: unknown;
   txCalls: number;
+  /** `ctx.transaction` calls of this run still open (each holds, or waits for, a pool client). */
+  txOpen: number;
   /** Created on the first `ctx.progress` (coalesces its writes). */
   progress: ProgressWriter | undefined;
 }
@@ -99,6 +103,16 @@ class RunContext implements JobContext {
     if (running.why === 'cancelled' || running.why === 'lost' || running.completedInTx)
       return errAsync(new LeaseLost(running.job.id));
     const store = this.#store;
+    // The write needs a pool client of its own. Awaited inside ctx.transaction while that transaction
+    // holds the last free client (a pool of 1), it would wait on itself forever: refuse at once instead.
+    if (running.txOpen > 0 && freeClients(store.pool) <= 0) {
+      return errAsync(
+        new PoolExhausted(
+          'ctx.progress inside ctx.transaction needs a second client, but the pool has none free; ' +
+            "waiting would deadlock on the handler's own transaction. Report progress outside ctx.transaction or enlarge the pool",
+        ),
+      );
+    }
     running.progress ??= new ProgressWriter(
       running.job,
       this.#progressIntervalMs,
@@ -122,6 +136,7 @@ class RunContext implements JobContext {
     const { job } = running;
     const store = this.#store;
     running.txCalls++;
+    running.txOpen++;
     // Through the TxManager's do(): its retries, propagation and fixes apply to the handler's transaction.
     const transaction = store.txManager.do(async (tx) => {
       const value = await fn(tx);
@@ -130,10 +145,12 @@ class RunContext implements JobContext {
     }) as unknown as ResultAsync<R, LeaseLost | TxKitError>;
     return transaction
       .map((value) => {
+        running.txOpen--;
         running.completedInTx = true;
         return value;
       })
       .mapErr((error) => {
+        running.txOpen--;
         running.txError = error;
         return error;
       });
@@ -191,6 +208,7 @@ export class HandlerRunner {
       completedInTx: false,
       txError: undefined,
       txCalls: 0,
+      txOpen: 0,
       progress: undefined,
     };
     this.#running.set(job.id, running);

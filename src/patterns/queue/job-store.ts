@@ -3,6 +3,7 @@ import type { z } from 'zod/v4';
 import type { DatabaseFailure, InvalidOptions, LeaseLost } from '../../errors/errors.js';
 import type { Logger } from '../../observability/logger.js';
 import type { QueueTelemetry } from '../../observability/queue-telemetry.js';
+import type { PoolCounters } from '../../tx/acquire-client.js';
 import type { Db, Tx } from '../../tx/types.js';
 import type { Job, JobLease, JobState } from './job.js';
 import type { PayloadSchema } from './payload-schema.js';
@@ -92,8 +93,11 @@ export interface JobStore {
   readonly cancelChannel: string;
   /** Default lease of a claim, in ms. */
   readonly leaseMs: number;
-  /** Where the queue's statements go; the LISTEN session is a connection of its own built from `options`. */
-  readonly pool: { readonly options: import('pg').ClientConfig };
+  /**
+   * Where the queue's statements go; the LISTEN session is a connection of its own built from `options`.
+   * Its counters tell a handler's `ctx.progress` whether a client is free while `ctx.transaction` holds one.
+   */
+  readonly pool: PoolCounters;
   /** Runs a handler's transaction together with its job's fenced completion. */
   readonly txManager: QueueTxManager;
   /** Claims up to `batch` runnable jobs of `tasks` in one statement, each with a fresh lease. */
