@@ -6,6 +6,8 @@
 //         (job id, token, expiry); a job is running while it has one. complete deletes the lease and
 //         the job in one statement. The claimable index still holds leased jobs, so each claim steps
 //         over them at the head of the index (one probe of the leases primary key each).
+//   A0    A with autovacuum_vacuum_cost_delay = 0 on the jobs table (autovacuum not throttled).
+//   Anl   A without the reaper's index jobs_leases (what that index costs the claim).
 //   C<ff> a claim that leaves indexed columns alone: `state` and the lease columns are in no index; the
 //         indexes' predicates name `dead_at` (NULL while a job is live), which the claim never changes,
 //         and the jobs table has fillfactor <ff> so the claim's new row version can stay on its page
@@ -170,6 +172,26 @@ function designC(fillfactor) {
   };
 }
 for (const d of DESIGNS) if (d.startsWith('C')) designs[d] = designC(Number(d.slice(1)));
+// A0: the current design with its autovacuum unthrottled on the jobs table (cost delay 0 instead of the
+// server's 2 ms), to see whether the throttle is what lets dead tuples pile up.
+designs.A0 = {
+  ...designs.A,
+  async create(s) {
+    await designs.A.create(s);
+    // Lock: SHARE UPDATE EXCLUSIVE on jobs (a table setting; the table is empty here).
+    await pool.query(`ALTER TABLE "${s}".jobs SET (autovacuum_vacuum_cost_delay = 0)`);
+  },
+};
+// Anl: the current design without the reaper's index jobs_leases, to see what that index costs the
+// claim (design C has no index on the lease: one would make its claim non-HOT again).
+designs.Anl = {
+  ...designs.A,
+  async create(s) {
+    await designs.A.create(s);
+    // Lock: ACCESS EXCLUSIVE on jobs (the table is empty here).
+    await pool.query(`DROP INDEX "${s}".jobs_leases`);
+  },
+};
 
 const settings = await monitor.query(
   `SELECT name, setting FROM pg_settings WHERE name IN ('server_version', 'autovacuum_naptime',
