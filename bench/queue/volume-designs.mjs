@@ -3,8 +3,8 @@
 //         function; complete is the Queue's fenced DELETE. The claim's UPDATE changes `state`, which
 //         every partial index names, so it can never be HOT.
 //   B     a leases table: a job row is never updated at claim. The claim inserts a lease row
-//         (job id, token, expiry); a job is running while it has one. complete deletes the lease and
-//         the job in one statement. The claimable index still holds leased jobs, so each claim steps
+//         (job id, token, expiry); a job is running while it has one. complete deletes the job and
+//         then its lease in one statement. The claimable index still holds leased jobs, so each claim steps
 //         over them at the head of the index (one probe of the leases primary key each).
 //   A0    A with autovacuum_vacuum_cost_delay = 0 on the jobs table (autovacuum not throttled).
 //   Anl   A without the reaper's index jobs_leases (what that index costs the claim).
@@ -16,10 +16,11 @@
 // table designs, not client code: LOOPS connections, each claims CLAIM jobs, then completes the batch
 // it claimed before (so about LOOPS × CLAIM × 2 jobs are leased at any time, as with prefetch).
 // Per design and round: a burn-down of N jobs, then a steady phase (a producer enqueues N more in
-// batches of 1,000 while the loops run); throughput = N ÷ the time until the loops completed them, sampling every 2 s heap and index sizes, n_dead_tup, updates,
-// HOT updates and autovacuum runs; then the cost of a claim with HELD jobs leased at the head.
+// batches of 1,000 while the loops run). Throughput = N ÷ the time until the loops completed them.
+// Every 2 s it samples heap and index sizes, n_dead_tup, updates, HOT updates and autovacuum runs; then the cost of a claim with HELD jobs leased at the head.
 // Prints one JSON line per sample and per run, then a table: medians (min–max) over the rounds.
 // Run: npm run build && node bench/queue/volume-designs.mjs
+//   (docs/queue.md's figures: PGTXKIT_DESIGNS=A,B,C70,C100 / A,A0,Anl,C100 / A,B,C70,C100,A0)
 //   env: PGTXKIT_DESIGNS_JOBS (200000), PGTXKIT_DESIGNS_ROUNDS (2), PGTXKIT_DESIGNS (A,B,C70),
 //        PGTXKIT_DESIGNS_NAPTIME (10s: the server's autovacuum_naptime, so autovacuum runs within a run)
 import pg from 'pg';
