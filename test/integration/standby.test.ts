@@ -1,6 +1,8 @@
 import { existsSync } from 'node:fs';
 import pg from 'pg';
 import { afterAll, expect, it } from 'vitest';
+import { Unsupported } from '../../src/errors/errors.js';
+import { JobListener } from '../../src/patterns/queue/job-listener.js';
 import { type StartedPostgres, startPostgres } from '../../src/testing/start-postgres.js';
 import type { StartedStandby } from '../../src/testing/start-standby.js';
 
@@ -48,6 +50,32 @@ it('streams the primary: a hot standby in recovery, on the same major, that sees
     [standby.slot],
   );
   expect(senders.rowCount).toBe(1);
+});
+
+it('a worker LISTEN session on a hot standby gets one Unsupported and stops (the worker polls), no reconnect loop', async () => {
+  const errors: unknown[] = [];
+  let second: () => void = () => {};
+  const again = new Promise<'reconnected'>((resolve) => {
+    second = () => resolve('reconnected');
+  });
+  const listener = new JobListener({
+    connection: { connectionString: standby.url },
+    channel: 'jobs_jobs',
+    onWake: () => {},
+    onError: (e) => {
+      errors.push(e);
+      if (errors.length > 1) second();
+    },
+  });
+  listener.start();
+  // Without the refusal check, the listener reconnects (backoff ≤ 100 ms) and fails again first.
+  const first = await Promise.race([listener.finished.then(() => 'finished' as const), again]);
+  await listener.stop();
+  expect(first).toBe('finished');
+  expect(errors).toHaveLength(1);
+  expect(errors[0]).toBeInstanceOf(Unsupported);
+  expect(errors[0]).toMatchObject({ capability: 'listenNotify' });
+  expect(listener.listening).toBe(false);
 });
 
 it('makes replication lag visible: with replay paused the standby misses a commit, then catches up', async () => {

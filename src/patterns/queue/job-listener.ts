@@ -1,5 +1,7 @@
 import pg from 'pg';
 import { detectTransactionPooler } from '../../capabilities/detect-transaction-pooler.js';
+import { looksLikeDatabaseError } from '../../errors/classify.js';
+import { Unsupported } from '../../errors/errors.js';
 import { fullJitterDelay } from '../../tx/backoff.js';
 import { TransactionPoolerDetected } from '../advisory/session-lock.js';
 import { Wakeup } from './wakeup.js';
@@ -23,6 +25,25 @@ export interface JobListenerOptions {
   readonly onError: (error: unknown) => void;
   /** Called each time LISTEN is in place (first connection and every reconnection). */
   readonly onListening?: (() => void) | undefined;
+}
+
+/**
+ * SQLSTATEs with which a server refuses LISTEN itself (not a lost connection): 0A000
+ * feature_not_supported (an engine without LISTEN/NOTIFY, e.g. CockroachDB), 25006 (a hot standby:
+ * "cannot execute LISTEN during recovery"). Reconnecting cannot help: the worker polls.
+ */
+const LISTEN_REFUSED = new Set(['0A000', '25006']);
+
+/** The server's refusal of LISTEN as {@link Unsupported}, or undefined for any other error. */
+function listenRefused(error: unknown): Unsupported | undefined {
+  if (!looksLikeDatabaseError(error)) return undefined;
+  const { code, message } = error as { code?: unknown; message?: unknown };
+  if (typeof code !== 'string' || !LISTEN_REFUSED.has(code)) return undefined;
+  return new Unsupported(
+    'listenNotify',
+    `the server refused LISTEN (${code}: ${String(message)}); the worker polls every pollInterval instead`,
+    error,
+  );
 }
 
 /** Longest pause between two reconnection attempts. */
@@ -61,6 +82,15 @@ export class JobListener {
   /** Whether the LISTEN session is up. */
   get listening(): boolean {
     return this.#listening;
+  }
+
+  /**
+   * Settles when the listener has stopped for good: after stop(), or at once when the server refuses
+   * LISTEN (a transaction-mode pooler, an engine without LISTEN, a hot standby: `onError` got one
+   * `TransactionPoolerDetected` or `Unsupported`, and the worker polls).
+   */
+  get finished(): Promise<void> {
+    return this.#done;
   }
 
   /** Starts listening (returns at once; connection errors go to `onError`). */
@@ -128,9 +158,17 @@ export class JobListener {
         // LISTEN takes no lock; it registers this session for the channel until the session ends.
         // The cancel channel first, so LISTEN on the wake-up channel stays the session's last statement.
         const { cancelChannel, onCancel } = this.#o;
-        if (cancelChannel !== undefined && onCancel !== undefined)
-          await this.#orStop(client.query(`LISTEN ${pg.escapeIdentifier(cancelChannel)}`));
-        await this.#orStop(client.query(`LISTEN ${pg.escapeIdentifier(this.#o.channel)}`));
+        try {
+          if (cancelChannel !== undefined && onCancel !== undefined)
+            await this.#orStop(client.query(`LISTEN ${pg.escapeIdentifier(cancelChannel)}`));
+          await this.#orStop(client.query(`LISTEN ${pg.escapeIdentifier(this.#o.channel)}`));
+        } catch (e) {
+          // A refusal (not a lost connection) is reported once; retrying would only repeat it.
+          const refused = listenRefused(e);
+          if (refused === undefined) throw e;
+          if (!this.#stopped) this.#o.onError(refused);
+          return;
+        }
         client.on('notification', (message) => {
           if (message.channel === cancelChannel && onCancel !== undefined) {
             if (message.payload !== undefined) onCancel(message.payload);
