@@ -1,4 +1,4 @@
-import { type BufferedJob, HandlerRunner } from './handler-runner.js';
+import { type BufferedJob, HandlerRunner, type Running } from './handler-runner.js';
 import type { Job } from './job.js';
 import { JobListener } from './job-listener.js';
 import type { JobStore, TaskMap } from './job-store.js';
@@ -38,7 +38,7 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
   readonly #buffer: BufferedJob[] = [];
   readonly #wake = new Wakeup();
   readonly #slot = new Wakeup();
-  readonly #batcher: SettleBatcher;
+  readonly #batcher: SettleBatcher<Running>;
   readonly #runner: HandlerRunner;
   readonly #listener: JobListener | undefined;
   readonly #counters = {
@@ -70,7 +70,7 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
     this.#prefetch = this.#o.prefetch === 'auto' ? 0 : this.#o.prefetch;
     const byTask = handlers as Readonly<Record<string, JobHandler<unknown> | undefined>>;
     this.#tasks = Object.keys(byTask).filter((t) => typeof byTask[t] === 'function');
-    this.#batcher = new SettleBatcher(store, {
+    this.#batcher = new SettleBatcher<Running>(store, {
       enabled: this.#o.batchSettles,
       delayMs: this.#o.settleDelay,
       maxBatch: this.#o.maxSettleBatch,
