@@ -13,7 +13,15 @@ import {
 import { guardClientErrors } from '../../tx/guard-client-errors.js';
 import type { Db, Queryable } from '../../tx/types.js';
 import { errorText } from './error-text.js';
-import { type EnqueuedJob, type Job, type JobLease, type JobRow, type JobState, jobFromRow } from './job.js';
+import {
+  type EnqueuedJob,
+  type Job,
+  type JobLease,
+  type JobState,
+  type JobTuple,
+  jobFromTuple,
+  RAW_TEXT,
+} from './job.js';
 import type {
   CompleteManyResult,
   FailItem,
@@ -358,11 +366,13 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
     const parsed = parseOptions(claimOptionsSchema, options);
     if (parsed.isErr()) return errAsync(parsed.error);
     const o = parsed.value;
-    return run<JobRow>(this.pool, this.#sql.claim, [
-      o.batch,
-      o.lease ?? this.leaseMs,
-      o.tasks ?? this.taskNames,
-    ]).map((res) => res.rows.map(jobFromRow));
+    const query = this.pool.query<JobTuple>({
+      text: this.#sql.claim,
+      values: [o.batch, o.lease ?? this.leaseMs, o.tasks ?? this.taskNames],
+      rowMode: 'array',
+      types: RAW_TEXT,
+    });
+    return ResultAsync.fromPromise(query, dbError).map((res) => res.rows.map(jobFromTuple));
   }
 
   /**
