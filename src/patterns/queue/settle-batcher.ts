@@ -46,7 +46,7 @@ export interface SettleBatcherOptions {
  * await batcher.flush();
  */
 export class SettleBatcher<C> {
-  readonly #store: Pick<JobStore, 'completeMany' | 'failMany'>;
+  readonly #store: Pick<JobStore, 'completeClaimed' | 'failMany'>;
   readonly #options: SettleBatcherOptions;
   #completions: Waiting<JobLease, 'completed', C>[] = [];
   #failures: Waiting<FailItem, FailResult, C>[] = [];
@@ -54,7 +54,7 @@ export class SettleBatcher<C> {
   #immediate: ReturnType<typeof setImmediate> | undefined;
   readonly #inFlight = new Set<Promise<void>>();
 
-  constructor(store: Pick<JobStore, 'completeMany' | 'failMany'>, options: SettleBatcherOptions) {
+  constructor(store: Pick<JobStore, 'completeClaimed' | 'failMany'>, options: SettleBatcherOptions) {
     this.#store = store;
     this.#options = options;
   }
@@ -119,7 +119,7 @@ export class SettleBatcher<C> {
     try {
       const jobs = new Array<JobLease>(batch.length);
       for (let i = 0; i < batch.length; i++) jobs[i] = (batch[i] as Waiting<JobLease, 'completed', C>).item;
-      const r = await this.#store.completeMany(jobs);
+      const r = await this.#store.completeClaimed(jobs);
       if (r.isErr()) {
         const failure = err(r.error);
         outcomes = () => failure;
