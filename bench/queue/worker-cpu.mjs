@@ -6,11 +6,12 @@
 // medians with min–max. Less sensitive to a loaded machine than jobs/s.
 // Run: npm run build && node bench/queue/worker-cpu.mjs
 // Env: PGTXKIT_CPU_JOBS (default 20000), PGTXKIT_CPU_ROUNDS (default 5), PGTXKIT_CPU_ONLY=txkit,raw,
-// PGTXKIT_CPU_PROF=<dir> (the children run with --cpu-prof into that folder).
+// PGTXKIT_CPU_PROF=<dir> (a CPU profile of each burn-down's measured part into that folder), PGTXKIT_CPU_BASE=<a dist
+// folder> (adds the contender txkit-base: that build of pg-txkit, e.g. a copy of dist/ before a change).
 import { fork } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { loadavg } from 'node:os';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import pg from 'pg';
 import { z } from 'zod';
 import { Queue, TxManager } from '../../dist/index.js';
@@ -19,7 +20,10 @@ import { createTestDatabase, startPostgres } from '../../dist/testing/index.js';
 const N = Number(process.env.PGTXKIT_CPU_JOBS ?? 20_000);
 const ROUNDS = Number(process.env.PGTXKIT_CPU_ROUNDS ?? 5);
 const PROF = process.env.PGTXKIT_CPU_PROF;
-const ONLY = (process.env.PGTXKIT_CPU_ONLY ?? 'txkit,raw').split(',');
+const BASE = process.env.PGTXKIT_CPU_BASE;
+const ONLY = (
+  process.env.PGTXKIT_CPU_ONLY ?? (BASE === undefined ? 'txkit,raw' : 'txkit,txkit-base,raw')
+).split(',');
 const child = fileURLToPath(new URL('./child.mjs', import.meta.url));
 
 const server = await startPostgres();
@@ -51,7 +55,7 @@ function serverCpu() {
 }
 
 async function prepare(system) {
-  if (system === 'txkit') {
+  if (system.startsWith('txkit')) {
     await pool.query('DROP SCHEMA IF EXISTS bench_txkit CASCADE');
     const queue = new Queue({
       pool,
@@ -86,17 +90,19 @@ async function prepare(system) {
   return 'SELECT EXISTS (SELECT 1 FROM bench_raw.jobs) AS left';
 }
 
+let profiles = 0;
 async function burnDown(system) {
   const someLeft = await prepare(system);
   const proc = fork(child, [], {
     env: {
       ...process.env,
-      BENCH_SYSTEM: system,
+      ...(system === 'txkit-base' ? { BENCH_DIST: pathToFileURL(`${BASE}/index.js`).href } : {}),
+      BENCH_SYSTEM: system === 'txkit-base' ? 'txkit' : system,
       BENCH_URL: db.url,
       BENCH_CONFIG: 'defaults',
       BENCH_CONCURRENCY: '8',
+      ...(PROF === undefined ? {} : { BENCH_PROF: `${PROF}/${system}-${++profiles}.cpuprofile` }),
     },
-    execArgv: PROF === undefined ? [] : ['--cpu-prof', `--cpu-prof-dir=${PROF}`],
     stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
   });
   const exited = new Promise((resolve) => proc.once('exit', resolve));
@@ -143,7 +149,11 @@ try {
   console.log('| contender | worker CPU µs/job | server CPU µs/job | jobs/s |');
   console.log('|---|---:|---:|---:|');
   for (const [system, rs] of results) {
-    const label = system === 'txkit' ? 'pg-txkit, worker defaults' : 'bare SKIP LOCKED loop';
+    const label = {
+      txkit: 'pg-txkit, worker defaults',
+      'txkit-base': `pg-txkit from ${BASE}, worker defaults`,
+      raw: 'bare SKIP LOCKED loop',
+    }[system];
     console.log(
       `| ${label} | ${span(rs.map((r) => r.workerUs))} | ${span(rs.map((r) => r.serverUs))} | ${span(rs.map((r) => r.jobsPerSec))} |`,
     );
