@@ -9,13 +9,13 @@
 // PGTXKIT_CPU_PROF=<dir> (a CPU profile of each burn-down's measured part into that folder), PGTXKIT_CPU_BASE=<a dist
 // folder> (adds the contender txkit-base: that build of pg-txkit, e.g. a copy of dist/ before a change).
 import { fork } from 'node:child_process';
-import { readdirSync, readFileSync } from 'node:fs';
 import { loadavg } from 'node:os';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import pg from 'pg';
 import { z } from 'zod';
 import { Queue, TxManager } from '../../dist/index.js';
 import { createTestDatabase, startPostgres } from '../../dist/testing/index.js';
+import { serverCpuReader } from './server-cpu.mjs';
 
 const N = Number(process.env.PGTXKIT_CPU_JOBS ?? 20_000);
 const ROUNDS = Number(process.env.PGTXKIT_CPU_ROUNDS ?? 5);
@@ -30,29 +30,7 @@ const server = await startPostgres();
 const db = await createTestDatabase(server.url, { prefix: 'cpu' });
 const pool = new pg.Pool({ connectionString: db.url, max: 2 });
 
-const postmaster = await (async () => {
-  const pid = (await pool.query('SELECT pg_backend_pid() AS pid')).rows[0].pid;
-  const text = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  return Number(text.slice(text.lastIndexOf(')') + 2).split(' ')[1]);
-})();
-/** CPU µs of the server: postmaster (with its exited children) + live backends. */
-function serverCpu() {
-  let total = 0;
-  for (const pid of readdirSync('/proc')) {
-    if (!/^\d+$/.test(pid)) continue;
-    let f;
-    try {
-      const text = readFileSync(`/proc/${pid}/stat`, 'utf8');
-      f = text.slice(text.lastIndexOf(')') + 2).split(' ');
-    } catch {
-      continue;
-    }
-    const own = Number(f[11]) + Number(f[12]);
-    if (Number(pid) === postmaster) total += own + Number(f[13]) + Number(f[14]);
-    else if (Number(f[1]) === postmaster) total += own;
-  }
-  return total * 1e4; // USER_HZ 100
-}
+const serverCpu = await serverCpuReader(pool);
 
 async function prepare(system) {
   if (system.startsWith('txkit')) {
