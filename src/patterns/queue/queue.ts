@@ -426,6 +426,10 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
   /**
    * Completes jobs this queue's own claim returned (a worker's, on the pool): their ids and lease tokens
    * are well-formed by construction, so they are not checked again as a user's are in completeMany.
+   *
+   * @example
+   * const jobs = await queue.claim({ batch: 50 });
+   * if (jobs.isOk()) await queue.completeClaimed(jobs.value);
    */
   completeClaimed(jobs: readonly JobLease[]): ResultAsync<CompleteManyResult, DatabaseFailure> {
     if (jobs.length === 0) return okAsync({ completed: [], lost: [], invalid: [] });
