@@ -156,19 +156,22 @@ async function burnDown(design) {
   const s0 = serverCpu();
   const t0 = performance.now();
   let processed = 0;
-  await Promise.all(
-    Array.from({ length: LOOPS }, async () => {
-      for (;;) {
-        const n = await d.step();
-        processed += n;
-        if (n === 0) return;
-      }
-    }),
-  );
+  try {
+    await Promise.all(
+      Array.from({ length: LOOPS }, async () => {
+        for (;;) {
+          const n = await d.step();
+          processed += n;
+          if (n === 0) return;
+        }
+      }),
+    );
+  } finally {
+    done = true;
+    await sampler;
+  }
   const seconds = (performance.now() - t0) / 1000;
   const serverUs = (serverCpu() - s0) / N;
-  done = true;
-  await sampler;
   // The statistics collector reports with a delay: wait for this run's counts.
   await new Promise((resolve) => setTimeout(resolve, 1000));
   const after = await tableStats(d.tables);
