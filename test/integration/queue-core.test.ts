@@ -200,6 +200,36 @@ describe('state transitions', () => {
     expect((await queue.complete(c!))._unsafeUnwrapErr().kind).toBe('LeaseLost');
   });
 
+  it('completeClaimed completes the jobs still leased and reports the others lost, each by id', async () => {
+    const queue = await freshQueue();
+    const ids = (
+      await queue.enqueueMany(
+        pool,
+        'email',
+        Array.from({ length: 5 }, (_, i) => ({ to: `u${i}@example.com` })),
+      )
+    )._unsafeUnwrap().ids;
+    const claimed = (await queue.claim({ batch: 5 }))._unsafeUnwrap();
+    // The claim's row decoding: ids as text, the payload parsed, numbers as numbers, timestamps as Dates.
+    expect(claimed.map((j) => j.id).sort()).toEqual([...ids].sort());
+    expect(claimed[0]).toMatchObject({ task: 'email', attempts: 1, maxAttempts: 5, priority: 0, key: null });
+    expect(claimed[0]?.payload).toEqual({ to: expect.stringMatching(/@example\.com$/) });
+    expect(claimed[0]?.leaseExpiresAt.getTime()).toBeGreaterThan(claimed[0]?.createdAt.getTime() ?? 0);
+    // Two of them are no longer this claim's: one cancelled, one under another lease token (as when the reaper
+    // re-queued it and another worker claimed it).
+    const [a, b, ...rest] = claimed;
+    (await queue.cancel(a!.id))._unsafeUnwrap();
+    await pool.query(`UPDATE ${queue.schema}.jobs SET lease_token = gen_random_uuid() WHERE id = $1`, [
+      b!.id,
+    ]);
+    const r = (await queue.completeClaimed(claimed))._unsafeUnwrap();
+    expect(r.completed.sort()).toEqual(rest.map((j) => j.id).sort());
+    expect(r.lost.sort()).toEqual([a!.id, b!.id].sort());
+    expect(r.invalid).toEqual([]);
+    expect(await row(queue, b!.id)).toMatchObject({ state: 'running' });
+    for (const j of rest) expect(await row(queue, j.id)).toBeUndefined();
+  });
+
   it('claims in priority, then run_at, then id order and skips jobs scheduled later', async () => {
     const queue = await freshQueue();
     const late = (
