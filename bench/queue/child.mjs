@@ -10,7 +10,8 @@ let start = async () => {};
 if (system === 'txkit') {
   const pg = (await import('pg')).default;
   const { z } = await import('zod');
-  const { Queue, TxManager } = await import('../../dist/index.js');
+  // BENCH_DIST: another build to load instead (bench/queue/worker-cpu.mjs compares two builds).
+  const { Queue, TxManager } = await import(process.env.BENCH_DIST ?? '../../dist/index.js');
   // The README's setup: a pool of pg's default size.
   const pool = new pg.Pool({ connectionString: url });
   // groups-N: the jobs are spread over N groups (bench/queue.ts); 1,000 groups are serial (concurrency
@@ -117,9 +118,17 @@ if (system === 'txkit') {
   throw new Error(`unknown BENCH_SYSTEM ${system}`);
 }
 
+// BENCH_PROF=<file>: a CPU profile of the measured part only (from 'go' to 'stop'), written to that file.
+const profiler =
+  process.env.BENCH_PROF === undefined ? undefined : new (await import('node:inspector/promises')).Session();
 let cpuAtGo;
-process.on('message', (message) => {
+process.on('message', async (message) => {
   if (message === 'go') {
+    if (profiler !== undefined) {
+      profiler.connect();
+      await profiler.post('Profiler.enable');
+      await profiler.post('Profiler.start');
+    }
     cpuAtGo = process.cpuUsage();
     void start().catch((e) => process.stderr.write(`start failed: ${e}\n`));
   }
@@ -127,6 +136,10 @@ process.on('message', (message) => {
     const since = cpuAtGo;
     cpuAtGo = undefined;
     const cpu = process.cpuUsage(since);
+    if (profiler !== undefined) {
+      const { profile } = await profiler.post('Profiler.stop');
+      (await import('node:fs')).writeFileSync(process.env.BENCH_PROF, JSON.stringify(profile));
+    }
     process.send?.({ cpuUs: cpu.user + cpu.system });
     void stop()
       .catch((e) => process.stderr.write(`stop failed: ${e}\n`))

@@ -200,6 +200,82 @@ describe('state transitions', () => {
     expect((await queue.complete(c!))._unsafeUnwrapErr().kind).toBe('LeaseLost');
   });
 
+  it('completeClaimed completes the jobs still leased and reports the others lost, each by id', async () => {
+    const queue = await freshQueue();
+    const ids = (
+      await queue.enqueueMany(
+        pool,
+        'email',
+        Array.from({ length: 5 }, (_, i) => ({ to: `u${i}@example.com` })),
+      )
+    )._unsafeUnwrap().ids;
+    const claimed = (await queue.claim({ batch: 5 }))._unsafeUnwrap();
+    // The claim's row decoding: ids as text, the payload parsed, numbers as numbers, timestamps as Dates.
+    expect(claimed.map((j) => j.id).sort()).toEqual([...ids].sort());
+    expect(claimed[0]).toMatchObject({ task: 'email', attempts: 1, maxAttempts: 5, priority: 0, key: null });
+    expect(claimed[0]?.payload).toEqual({ to: expect.stringMatching(/@example\.com$/) });
+    expect(claimed[0]?.leaseExpiresAt.getTime()).toBeGreaterThan(claimed[0]?.createdAt.getTime() ?? 0);
+    // Two of them are no longer this claim's: one cancelled, one under another lease token (as when the reaper
+    // re-queued it and another worker claimed it).
+    const [a, b, ...rest] = claimed;
+    (await queue.cancel(a!.id))._unsafeUnwrap();
+    await pool.query(`UPDATE ${queue.schema}.jobs SET lease_token = gen_random_uuid() WHERE id = $1`, [
+      b!.id,
+    ]);
+    const r = (await queue.completeClaimed(claimed))._unsafeUnwrap();
+    expect(r.completed.sort()).toEqual(rest.map((j) => j.id).sort());
+    expect(r.lost.sort()).toEqual([a!.id, b!.id].sort());
+    expect(r.invalid).toEqual([]);
+    expect(await row(queue, b!.id)).toMatchObject({ state: 'running' });
+    for (const j of rest) expect(await row(queue, j.id)).toBeUndefined();
+  });
+
+  it("the claim decodes a job's progress, group and trace context from the server's text", async () => {
+    const queue = await freshQueue();
+    const [plain, full] = (
+      await queue.enqueueMany(pool, 'email', [{ to: 'a@example.com' }, { to: 'b@example.com' }])
+    )._unsafeUnwrap().ids;
+    const traceparent = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01';
+    await pool.query(
+      `UPDATE ${queue.schema}.jobs SET progress = $2::jsonb, group_key = 'g1', trace_context = $3::jsonb WHERE id = $1`,
+      [full, JSON.stringify({ done: 3, of: [1, 2] }), JSON.stringify({ traceparent })],
+    );
+    const claimed = (await queue.claim({ batch: 2 }))._unsafeUnwrap();
+    const byId = new Map(claimed.map((j) => [j.id, j]));
+    expect(byId.get(plain!)).toMatchObject({ progress: null, group: null, traceContext: null });
+    expect(byId.get(full!)).toMatchObject({
+      progress: { done: 3, of: [1, 2] },
+      group: 'g1',
+      traceContext: { traceparent },
+    });
+  });
+
+  it("a limited claim decodes its jobs and the rate limit's wait row", async () => {
+    const queue = new Queue({
+      pool,
+      txManager: tm,
+      schema: `q_core_${++schemaSeq}`,
+      tasks,
+      taskRates: { email: { limit: 1, per: '1h' } },
+    });
+    (await queue.migrate())._unsafeUnwrap();
+    (
+      await queue.enqueueMany(pool, 'email', [{ to: 'a@example.com' }, { to: 'b@example.com' }], {
+        group: 'g2',
+      })
+    )._unsafeUnwrap();
+    const first = (await queue.claimBatch({ batch: 2 }))._unsafeUnwrap();
+    expect(first.jobs).toHaveLength(1);
+    expect(first.jobs[0]).toMatchObject({ task: 'email', group: 'g2', attempts: 1, progress: null });
+    expect(first.jobs[0]?.payload).toEqual({ to: expect.stringMatching(/@example\.com$/) });
+    expect(first.jobs[0]?.runAt).toBeInstanceOf(Date);
+    const second = (await queue.claimBatch({ batch: 2 }))._unsafeUnwrap();
+    expect(second.jobs).toEqual([]);
+    expect(typeof second.waitMs).toBe('number');
+    expect(second.waitMs).toBeGreaterThan(0);
+    (await queue.completeClaimed(first.jobs))._unsafeUnwrap();
+  });
+
   it('claims in priority, then run_at, then id order and skips jobs scheduled later', async () => {
     const queue = await freshQueue();
     const late = (

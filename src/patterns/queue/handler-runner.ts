@@ -8,14 +8,15 @@ import {
   type TxKitError,
 } from '../../errors/errors.js';
 import type { LogSink } from '../../observability/log-sink.js';
+import type { QueueProcess } from '../../observability/queue-telemetry.js';
 import { freeClients } from '../../tx/acquire-client.js';
 import type { Tx } from '../../tx/types.js';
 import { errorText } from './error-text.js';
 import type { Job } from './job.js';
-import type { JobStore } from './job-store.js';
+import type { FailResult, JobStore } from './job-store.js';
 import { progressJson } from './progress-json.js';
 import { ProgressWriter } from './progress-writer.js';
-import type { SettleBatcher } from './settle-batcher.js';
+import type { SettleBatcher, SettleOutcome } from './settle-batcher.js';
 import type { JobContext, JobHandler, JobOutcome, WorkerHooks, WorkerPhase } from './work-options.js';
 
 /** Thrown into a handler's signal when it runs past `handlerTimeout`. */
@@ -30,8 +31,13 @@ export class HandlerTimeoutError extends Error {
 
 type AbortWhy = 'timeout' | 'stop' | 'lost' | 'cancelled';
 
-/** A job whose handler is running. */
-interface Running {
+/** The handler's part ended without an error. */
+const SUCCEEDED: unique symbol = Symbol('succeeded');
+/** The handler returned a promise that has not settled yet. */
+const WAITING: unique symbol = Symbol('waiting');
+
+/** A job whose handler is running (one plain object per run: the runner's hot path allocates little). */
+export interface Running {
   readonly job: Job;
   readonly startedAt: number;
   lastExtendAt: number;
@@ -39,8 +45,18 @@ interface Running {
   reason: unknown;
   /** Created on the first read of `ctx.signal` (most handlers never read it). */
   controller: AbortController | undefined;
-  /** Ends the wait for the handler when the run is aborted. */
-  interrupt: ((reason: unknown) => void) | undefined;
+  /** The handler returned a promise that has not settled yet (an abort ends the wait for it). */
+  waiting: boolean;
+  /** The handler's part is over (returned, threw, settled or was aborted); later news is ignored. */
+  handled: boolean;
+  timer: ReturnType<typeof setTimeout> | undefined;
+  durationMs: number;
+  /** What the handler threw (a failed run, while its failure is written). */
+  failure: unknown;
+  /** The run is over and counted out (see #finish). */
+  finished: boolean;
+  /** The processing span (OpenTelemetry), when something records. */
+  span: QueueProcess | undefined;
   completedInTx: boolean;
   txError: unknown;
   txCalls: number;
@@ -86,9 +102,14 @@ class RunContext implements JobContext {
   readonly #running: Running;
   readonly #store: JobStore;
   readonly #progressIntervalMs: number;
-  readonly #onLost: () => void;
+  readonly #onLost: (running: Running) => void;
 
-  constructor(running: Running, store: JobStore, progressIntervalMs: number, onLost: () => void) {
+  constructor(
+    running: Running,
+    store: JobStore,
+    progressIntervalMs: number,
+    onLost: (running: Running) => void,
+  ) {
     this.#running = running;
     this.#store = store;
     this.#progressIntervalMs = progressIntervalMs;
@@ -117,7 +138,7 @@ class RunContext implements JobContext {
       running.job,
       this.#progressIntervalMs,
       (job, text) => store.writeProgress(job, text),
-      this.#onLost,
+      () => this.#onLost(running),
     );
     return new ResultAsync(running.progress.report(json.value));
   }
@@ -170,17 +191,19 @@ class RunContext implements JobContext {
  */
 export class HandlerRunner {
   readonly #store: JobStore;
-  readonly #batcher: SettleBatcher;
+  readonly #batcher: SettleBatcher<Running>;
   readonly #o: HandlerRunnerOptions;
   readonly #events: HandlerRunnerEvents;
   readonly #running = new Map<string, Running>();
   /** Runs started and not yet ended (their settle written or given up); counted, not kept (hot path). */
   #runs = 0;
   readonly #onIdle: (() => void)[] = [];
+  /** Runs started in this tick, to run on one microtask. */
+  readonly #toStart: Running[] = [];
 
   constructor(
     store: JobStore,
-    batcher: SettleBatcher,
+    batcher: SettleBatcher<Running>,
     options: HandlerRunnerOptions,
     events: HandlerRunnerEvents,
   ) {
@@ -195,7 +218,11 @@ export class HandlerRunner {
     return this.#running.size;
   }
 
-  /** Starts `job`'s handler (on the next microtask). */
+  /**
+   * Starts `job`'s handler on a microtask (a synchronous handler must not run inside the claim loop's
+   * drain): the jobs started in one tick share ONE microtask, and the run goes on in callbacks, not in
+   * async functions (their promises and frames were most of a no-op job's garbage).
+   */
   start(job: Job, lastExtendAt: number): void {
     const running: Running = {
       job,
@@ -204,27 +231,41 @@ export class HandlerRunner {
       why: undefined,
       reason: undefined,
       controller: undefined,
-      interrupt: undefined,
+      waiting: false,
+      handled: false,
+      timer: undefined,
+      durationMs: 0,
+      failure: undefined,
+      finished: false,
       completedInTx: false,
       txError: undefined,
       txCalls: 0,
       txOpen: 0,
       progress: undefined,
+      span: undefined,
     };
     this.#running.set(job.id, running);
     this.#runs++;
-    void this.#guarded(running);
+    this.#toStart.push(running);
+    if (this.#toStart.length === 1) queueMicrotask(this.#startQueued);
   }
 
-  /** Runs a job; never rejects (a defect in the runner is reported), always frees the slot. */
-  async #guarded(running: Running): Promise<void> {
+  /** Runs the handlers started since the last microtask (see start). */
+  readonly #startQueued = (): void => {
+    // A synchronous handler that ends frees its slot at once, and the worker may start the next job
+    // while this loop runs: it is appended here and run in this same loop.
+    const queued = this.#toStart;
+    for (let i = 0; i < queued.length; i++) this.#guard(queued[i] as Running, this.#exec);
+    queued.length = 0;
+  };
+
+  /** Runs one step of a run; a defect in the runner is reported and ends the run (its slot freed). */
+  #guard(running: Running, step: (running: Running) => void): void {
     try {
-      await this.#run(running);
+      step(running);
     } catch (e) {
       this.#events.onError(e, 'worker');
-    } finally {
-      this.#free(running.job.id);
-      if (--this.#runs === 0) for (const resolve of this.#onIdle.splice(0)) resolve();
+      this.#finish(running);
     }
   }
 
@@ -311,7 +352,8 @@ export class HandlerRunner {
     running.why = why;
     running.reason = reason;
     running.controller?.abort(reason);
-    running.interrupt?.(reason);
+    // The run stops waiting for the handler's promise.
+    if (running.waiting) this.#guard(running, (r) => this.#handled(r, reason));
   }
 
   /** The handler is over: its slot is free for the next job while its settle is being written. */
@@ -339,81 +381,142 @@ export class HandlerRunner {
     );
   }
 
-  /** Runs the handler; resolves to its error (undefined when it succeeded). */
-  async #handle(running: Running, handler: JobHandler<unknown>): Promise<{ error: unknown } | undefined> {
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const ms = this.#o.handlerTimeout;
-    if (ms !== undefined) timer = setTimeout(() => this.#timedOut(running, ms), ms);
-    try {
-      const context = new RunContext(running, this.#store, this.#o.progressIntervalMs, () =>
-        this.#abort(running, 'lost', new LeaseLost(running.job.id)),
-      );
-      const result = handler(running.job, context);
-      // A synchronous handler is done already; a promise is raced with the run's abort.
-      if (typeof (result as PromiseLike<unknown> | undefined)?.then === 'function') {
-        await new Promise<unknown>((resolve, reject) => {
-          running.interrupt = reject;
-          if (running.why !== undefined) reject(running.reason);
-          (result as PromiseLike<unknown>).then(resolve, reject);
-        });
-      } else if (running.why !== undefined) {
-        return { error: running.reason };
-      }
-      if (running.txCalls > 0 && !running.completedInTx) {
-        return { error: running.txError ?? new Error('transaction did not complete the job') };
-      }
-      return undefined;
-    } catch (e) {
-      return { error: e };
-    } finally {
-      clearTimeout(timer);
-      running.interrupt = undefined;
-    }
-  }
+  readonly #exec = (running: Running): void => {
+    const error = this.#call(running);
+    if (error !== WAITING) this.#handled(running, error);
+  };
 
-  async #run(running: Running): Promise<void> {
-    // Start on a microtask: a synchronous handler must not run inside the claim loop's drain.
-    await undefined;
+  /**
+   * Calls the handler: what it threw, SUCCEEDED, or WAITING while its promise runs (raced with the
+   * run's abort, see #abort).
+   */
+  #call(running: Running): unknown {
     const { job } = running;
     this.#hook('onJobStart', job);
     const handler = this.#o.handlers[job.task];
     // The processing span (OpenTelemetry), linked to the enqueuing one; undefined when nothing records.
     const span = this.#store.telemetry.process(job);
-    const failure =
-      handler === undefined
-        ? { error: new Error(`no handler for task "${job.task}"`) }
-        : await (span === undefined
-            ? this.#handle(running, handler)
-            : span.run(() => this.#handle(running, handler)));
-    const durationMs = Date.now() - running.startedAt;
-    // The settle below is batched and fenced; the slot does not wait for it.
-    this.#free(job.id);
-    const end = (outcome: JobOutcome, error?: unknown) => {
-      span?.end(outcome, error);
-      this.#end(job, durationMs, outcome, error);
-    };
+    running.span = span;
+    if (handler === undefined) return new Error(`no handler for task "${job.task}"`);
+    const ms = this.#o.handlerTimeout;
+    if (ms !== undefined) running.timer = setTimeout(() => this.#timedOut(running, ms), ms);
+    let result: unknown;
+    try {
+      const context = new RunContext(running, this.#store, this.#o.progressIntervalMs, this.#lost);
+      result = span === undefined ? handler(job, context) : span.run(() => handler(job, context));
+    } catch (e) {
+      return e;
+    }
+    // A synchronous handler is done already.
+    if (typeof (result as PromiseLike<unknown> | undefined)?.then !== 'function')
+      return running.why === undefined ? SUCCEEDED : running.reason;
+    if (running.why !== undefined) return running.reason;
+    running.waiting = true;
+    (result as PromiseLike<unknown>).then(
+      () => this.#guard(running, this.#succeeded),
+      (e: unknown) => this.#guard(running, (r) => this.#handled(r, e)),
+    );
+    return WAITING;
+  }
+
+  readonly #succeeded = (running: Running): void => this.#handled(running, SUCCEEDED);
+
+  /**
+   * The handler's part is over with `error` (SUCCEEDED when it succeeded): free the slot (the settle
+   * is batched and fenced; the slot does not wait for it), then settle. Only the first call counts.
+   */
+  #handled(running: Running, error: unknown): void {
+    if (running.handled) return;
+    running.handled = true;
+    running.waiting = false;
+    clearTimeout(running.timer);
+    running.durationMs = Date.now() - running.startedAt;
+    this.#free(running.job.id);
     // The last progress goes before the settle (kept for a retry, copied to the archive), unless the job
     // is no longer ours to write.
-    if (running.completedInTx || (running.why !== undefined && running.why !== 'timeout'))
-      running.progress?.close();
-    else {
-      await running.progress?.flush();
-      // A handler aborted by its timeout may still be running: its later reports are not written.
-      running.progress?.close();
+    const progress = running.progress;
+    if (progress === undefined) this.#afterProgress(running, error);
+    else if (running.completedInTx || (running.why !== undefined && running.why !== 'timeout')) {
+      progress.close();
+      this.#afterProgress(running, error);
+    } else {
+      progress.flush().then(
+        () => {
+          // A handler aborted by its timeout may still be running: its later reports are not written.
+          progress.close();
+          this.#guard(running, (r) => this.#afterProgress(r, error));
+        },
+        (e: unknown) => {
+          // A defect in the writer: reported, and the run ends (its slot is free already).
+          this.#events.onError(e, 'worker');
+          this.#finish(running);
+        },
+      );
     }
-    if (running.completedInTx) return end('completed');
-    if (running.why === 'stop') return end('released');
-    if (running.why === 'cancelled') return end('cancelled', running.reason);
-    if (running.why === 'lost') return end('lost', new LeaseLost(job.id));
-    if (failure === undefined) {
-      const outcome = await this.#batcher.complete(job);
-      if (outcome.isOk()) return end('completed');
-      if (outcome.error.kind !== 'LeaseLost') this.#events.onError(outcome.error, 'settle');
-      return end(outcome.error.kind === 'LeaseLost' ? 'lost' : 'unsettled', outcome.error);
+  }
+
+  /** The run's progress is written: its outcome, or its settle. */
+  #afterProgress(running: Running, error: unknown): void {
+    if (running.completedInTx) this.#ended(running, 'completed');
+    else if (running.why === 'stop') this.#ended(running, 'released');
+    else if (running.why === 'cancelled') this.#ended(running, 'cancelled', running.reason);
+    else if (running.why === 'lost') this.#ended(running, 'lost', new LeaseLost(running.job.id));
+    else this.#settle(running, error);
+  }
+
+  /** The run's ProgressWriter lost the job's lease: the run is aborted as lost. */
+  readonly #lost = (running: Running): void => this.#abort(running, 'lost', new LeaseLost(running.job.id));
+
+  /** Writes the run's completion or failure (batched, fenced). */
+  #settle(running: Running, error: unknown): void {
+    let failure = error;
+    if (failure === SUCCEEDED && running.txCalls > 0)
+      failure = running.txError ?? new Error('transaction did not complete the job');
+    if (failure === SUCCEEDED) {
+      this.#batcher.complete(running.job, running, this.#completed);
+      return;
     }
-    const outcome = await this.#batcher.fail({ job, error: errorText(failure.error), final: false });
-    if (outcome.isOk()) return end(outcome.value.state === 'dead' ? 'dead' : 'failed', failure.error);
-    if (outcome.error.kind !== 'LeaseLost') this.#events.onError(outcome.error, 'settle');
-    return end(outcome.error.kind === 'LeaseLost' ? 'lost' : 'unsettled', outcome.error);
+    running.failure = failure;
+    this.#batcher.fail({ job: running.job, error: errorText(failure), final: false }, running, this.#failed);
+  }
+
+  readonly #completed = (outcome: SettleOutcome<'completed'>, running: Running): void => {
+    try {
+      if (outcome.isOk()) this.#ended(running, 'completed');
+      else this.#settleError(running, outcome.error);
+    } catch (e) {
+      this.#events.onError(e, 'worker');
+    }
+  };
+
+  readonly #failed = (outcome: SettleOutcome<FailResult>, running: Running): void => {
+    try {
+      if (outcome.isErr()) this.#settleError(running, outcome.error);
+      else this.#ended(running, outcome.value.state === 'dead' ? 'dead' : 'failed', running.failure);
+    } catch (e) {
+      this.#events.onError(e, 'worker');
+    }
+  };
+
+  #settleError(running: Running, error: LeaseLost | DatabaseFailure): void {
+    if (error.kind !== 'LeaseLost') this.#events.onError(error, 'settle');
+    this.#ended(running, error.kind === 'LeaseLost' ? 'lost' : 'unsettled', error);
+  }
+
+  /** The run is over: its outcome reported, its count dropped. */
+  #ended(running: Running, outcome: JobOutcome, error?: unknown): void {
+    try {
+      running.span?.end(outcome, error);
+      this.#end(running.job, running.durationMs, outcome, error);
+    } finally {
+      this.#finish(running);
+    }
+  }
+
+  #finish(running: Running): void {
+    if (running.finished) return;
+    running.finished = true;
+    this.#free(running.job.id);
+    if (--this.#runs === 0) for (const resolve of this.#onIdle.splice(0)) resolve();
   }
 }

@@ -114,6 +114,8 @@ export interface JobStore {
   }): ResultAsync<ClaimedBatch, InvalidOptions | DatabaseFailure>;
   /** Completes many jobs in one fenced statement. */
   completeMany(jobs: readonly JobLease[]): ResultAsync<CompleteManyResult, DatabaseFailure>;
+  /** As completeMany, for jobs this store's own claim returned (their leases are not checked again). */
+  completeClaimed(jobs: readonly JobLease[]): ResultAsync<CompleteManyResult, DatabaseFailure>;
   /** Records many failed attempts in one fenced statement. */
   failMany(items: readonly FailItem[]): ResultAsync<Map<string, FailResult>, DatabaseFailure>;
   /** Extends many leases in one fenced statement (heartbeat). */

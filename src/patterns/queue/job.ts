@@ -70,42 +70,58 @@ export interface EnqueuedJob {
   readonly created: boolean;
 }
 
-/** Raw row of a claimed job (timestamps as epoch milliseconds). */
-export interface JobRow {
-  id: string;
-  task: string;
-  payload: unknown;
-  priority: number;
-  run_at_ms: number;
-  attempts: number;
-  max_attempts: number;
-  key: string | null;
-  last_error: string | null;
-  lease_token: string;
-  lease_expires_at_ms: number;
-  created_at_ms: number;
-  progress: unknown;
-  group_key: string | null;
-  trace_context: Record<string, string> | null;
-}
+/**
+ * A claimed job's row as the claim returns it, in column order (`rowMode: 'array'`), every value as the
+ * server's text ({@link RAW_TEXT}): the job is built from it in one step, without pg's object per row
+ * or its parser per column. Timestamps are epoch milliseconds; progress and traceContext are jsonb text.
+ */
+export type JobTuple = [
+  id: string,
+  task: string,
+  payload: string,
+  priority: string,
+  runAtMs: string,
+  attempts: string,
+  maxAttempts: string,
+  key: string | null,
+  lastError: string | null,
+  leaseToken: string,
+  leaseExpiresAtMs: string,
+  createdAtMs: string,
+  progress: string | null,
+  groupKey: string | null,
+  traceContext: string | null,
+];
 
-/** Maps a claimed row to a {@link Job}. */
-export function jobFromRow(row: JobRow): Job {
+/** A row of the limited claim: a job's tuple then its wait_ms (null), or (id NULL) the rate-limit wait row. */
+export type LimitedClaimTuple = [...JobTuple, waitMs: string | null] | [id: null, ...rest: (string | null)[]];
+
+/** Text as is: the type parsers of a query whose values {@link jobFromTuple} converts itself. */
+export const RAW_TEXT = { getTypeParser: () => (value: string) => value };
+
+/**
+ * Maps a claimed row (see {@link JobTuple}) to a {@link Job}.
+ *
+ * @example
+ * const res = await pool.query({ text: claimSql, values, rowMode: 'array', types: RAW_TEXT });
+ * const jobs = res.rows.map(jobFromTuple);
+ */
+export function jobFromTuple(row: Readonly<[...JobTuple, ...unknown[]]>): Job {
   return {
-    id: String(row.id),
-    task: row.task,
-    payload: row.payload,
-    priority: row.priority,
-    runAt: new Date(row.run_at_ms),
-    attempts: row.attempts,
-    maxAttempts: row.max_attempts,
-    key: row.key,
-    lastError: row.last_error,
-    leaseToken: row.lease_token,
-    leaseExpiresAt: new Date(row.lease_expires_at_ms),
-    createdAt: new Date(row.created_at_ms),
-    progress: row.progress ?? null,
-    group: row.group_key,
-    traceContext: row.trace_context ?? null,
+    id: row[0],
+    task: row[1],
+    payload: JSON.parse(row[2]),
+    priority: Number(row[3]),
+    runAt: new Date(Number(row[4])),
+    attempts: Number(row[5]),
+    maxAttempts: Number(row[6]),
+    key: row[7],
+    lastError: row[8],
+    leaseToken: row[9],
+    leaseExpiresAt: new Date(Number(row[10])),
+    createdAt: new Date(Number(row[11])),
+    progress: row[12] === null ? null : JSON.parse(row[12]),
+    group: row[13],
+    traceContext: row[14] === null ? null : JSON.parse(row[14]),
   };
 }

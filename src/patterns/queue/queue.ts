@@ -17,7 +17,16 @@ import { guardClientErrors } from '../../tx/guard-client-errors.js';
 import type { Db, Queryable } from '../../tx/types.js';
 import { errorText } from './error-text.js';
 import { limitsDeclaration } from './group-limits.js';
-import { type EnqueuedJob, type Job, type JobLease, type JobRow, type JobState, jobFromRow } from './job.js';
+import {
+  type EnqueuedJob,
+  type Job,
+  type JobLease,
+  type JobState,
+  type JobTuple,
+  jobFromTuple,
+  type LimitedClaimTuple,
+  RAW_TEXT,
+} from './job.js';
 import type {
   ClaimedBatch,
   CompleteManyResult,
@@ -218,6 +227,32 @@ function run<R extends pg.QueryResultRow>(
   values: readonly unknown[],
 ): ResultAsync<pg.QueryResult<R>, DatabaseFailure> {
   return ResultAsync.fromPromise((db as Queryable).query<R>(text, values), dbError);
+}
+
+/**
+ * As {@link run}, with the rows as arrays of the server's text (`rowMode: 'array'`, {@link RAW_TEXT}):
+ * the caller converts the values itself (the claim's {@link jobFromTuple}).
+ */
+function runTuples<R extends unknown[]>(
+  pool: pg.Pool,
+  text: string,
+  values: readonly unknown[],
+): ResultAsync<pg.QueryArrayResult<R>, DatabaseFailure> {
+  const query = pool.query<R>({ text, values: [...values], rowMode: 'array', types: RAW_TEXT });
+  return ResultAsync.fromPromise(query, dbError);
+}
+
+/** The place of wait_ms in a row of the limited claim: after the job's columns. */
+const WAIT_MS = 15;
+
+/** ',' */
+const COMMA = 44;
+/** Splits a completion's jobs into those completed (ids in `done`) and those whose lease was lost. */
+function partitionCompleted(jobs: readonly JobLease[], done: ReadonlySet<string>) {
+  const completed: string[] = [];
+  const lost: string[] = [];
+  for (const j of jobs) (done.has(j.id) ? completed : lost).push(j.id);
+  return { completed, lost };
 }
 
 const ENQUEUE_RACE_RETRIES = 5;
@@ -557,18 +592,20 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
     const o = parsed.value;
     const params = [o.batch, o.lease ?? this.leaseMs, o.tasks ?? this.taskNames];
     if (this.#limits === undefined) {
-      return run<JobRow>(this.pool, this.#sql.claim, params).map((res) => ({
-        jobs: res.rows.map(jobFromRow),
+      return runTuples<JobTuple>(this.pool, this.#sql.claim, params).map((res) => ({
+        jobs: res.rows.map(jobFromTuple),
         waitMs: undefined,
       }));
     }
-    type Row = Omit<JobRow, 'id'> & { id: string | null; wait_ms: number | null };
-    return run<Row>(this.pool, this.#sql.claimLimited, [...params, this.#limits]).map((res) => {
+    const limited = [...params, this.#limits];
+    return runTuples<LimitedClaimTuple>(this.pool, this.#sql.claimLimited, limited).map((res) => {
       const jobs: Job[] = [];
       let waitMs: number | undefined;
       for (const row of res.rows) {
-        if (row.id === null) waitMs = row.wait_ms ?? undefined;
-        else jobs.push(jobFromRow({ ...row, id: row.id }));
+        if (row[0] === null) {
+          const wait = row[WAIT_MS];
+          waitMs = wait === null || wait === undefined ? undefined : Number(wait);
+        } else jobs.push(jobFromTuple(row));
       }
       return { jobs, waitMs };
     });
@@ -606,12 +643,30 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
   ): ResultAsync<CompleteManyResult, DatabaseFailure> {
     const { valid, invalid } = splitLeases(jobs, (j) => j);
     if (valid.length === 0) return okAsync({ completed: [], lost: [], invalid });
-    return run<{ ids: string[] }>(db, this.#sql.complete, leaseArrays(valid)).map((res) => {
-      const done = new Set(res.rows[0]?.ids);
-      const completed: string[] = [];
-      const lost: string[] = [];
-      for (const j of valid) (done.has(j.id) ? completed : lost).push(j.id);
-      return { completed, lost, invalid };
+    return run<{ ids: string[] }>(db, this.#sql.complete, leaseArrays(valid)).map((res) => ({
+      ...partitionCompleted(valid, new Set(res.rows[0]?.ids)),
+      invalid,
+    }));
+  }
+
+  /**
+   * Completes jobs this queue's own claim returned (a worker's, on the pool): their ids and lease tokens
+   * are well-formed by construction, so they are not checked again as a user's are in completeMany.
+   *
+   * @example
+   * const jobs = await queue.claim({ batch: 50 });
+   * if (jobs.isOk()) await queue.completeClaimed(jobs.value);
+   */
+  completeClaimed(jobs: readonly JobLease[]): ResultAsync<CompleteManyResult, DatabaseFailure> {
+    if (jobs.length === 0) return okAsync({ completed: [], lost: [], invalid: [] });
+    return runTuples<[string]>(this.pool, this.#sql.complete, leaseArrays(jobs)).map((res) => {
+      // The completed ids as one array literal of digits ('{1,2,3}'): when it holds as many ids as were
+      // sent (the usual case), all of them were completed, and it need not be parsed.
+      const ids = res.rows[0]?.[0] ?? '{}';
+      let count = ids === '{}' ? 0 : 1;
+      for (let i = 0; i < ids.length; i++) if (ids.charCodeAt(i) === COMMA) count++;
+      if (count === jobs.length) return { completed: jobs.map((j) => j.id), lost: [], invalid: [] };
+      return { ...partitionCompleted(jobs, new Set(ids.slice(1, -1).split(','))), invalid: [] };
     });
   }
 

@@ -73,11 +73,13 @@ export function invalidLease(lease: JobLease): InvalidOptions | undefined {
  * const [ids, tokens] = leaseArrays(valid); // '{1,2}', '{3f1c…,9a0b…}'
  */
 export function leaseArrays(valid: readonly JobLease[]): [string, string] {
-  let ids = '';
-  let tokens = '';
-  for (const lease of valid) {
-    ids += ids === '' ? String(lease.id) : `,${String(lease.id)}`;
-    tokens += tokens === '' ? lease.leaseToken : `,${lease.leaseToken}`;
+  // Joined from two arrays: a string built with += is a chain of one piece per job to flatten.
+  const ids = new Array<string>(valid.length);
+  const tokens = new Array<string>(valid.length);
+  for (let i = 0; i < valid.length; i++) {
+    const lease = valid[i] as JobLease;
+    ids[i] = String(lease.id);
+    tokens[i] = lease.leaseToken;
   }
-  return [`{${ids}}`, `{${tokens}}`];
+  return [`{${ids.join(',')}}`, `{${tokens.join(',')}}`];
 }

@@ -1,6 +1,6 @@
 import { LogSink } from '../../observability/log-sink.js';
 import { gaugeReading } from './gauge-reading.js';
-import { type BufferedJob, HandlerRunner } from './handler-runner.js';
+import { type BufferedJob, HandlerRunner, type Running } from './handler-runner.js';
 import type { Job } from './job.js';
 import { JobListener } from './job-listener.js';
 import type { JobStore, TaskMap } from './job-store.js';
@@ -42,7 +42,7 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
   readonly #buffer: BufferedJob[] = [];
   readonly #wake = new Wakeup();
   readonly #slot = new Wakeup();
-  readonly #batcher: SettleBatcher;
+  readonly #batcher: SettleBatcher<Running>;
   readonly #runner: HandlerRunner;
   readonly #listener: JobListener | undefined;
   readonly #skipped: readonly SkippedTask[];
@@ -96,7 +96,7 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
     }
     this.#skipped = Object.freeze(skipped);
     if (skipped.length > 0) this.#hook(() => this.#o.hooks?.onTasksSkipped?.(this.#skipped));
-    this.#batcher = new SettleBatcher(store, {
+    this.#batcher = new SettleBatcher<Running>(store, {
       enabled: this.#o.batchSettles,
       delayMs: this.#o.settleDelay,
       maxBatch: this.#o.maxSettleBatch,
