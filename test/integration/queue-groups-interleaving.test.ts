@@ -16,7 +16,8 @@ const schedules: Schedule[] = [];
 afterAll(() => Promise.all(schedules.map((s) => s.close())));
 let seq = 0;
 
-async function serialGroup() {
+/** A migrated queue of serial groups holding one job per entry of `groups`, and two sessions. */
+async function serialGroups(groups: string[]) {
   const schema = `q_ginter_${++seq}`;
   const queue = new Queue({
     pool,
@@ -26,9 +27,21 @@ async function serialGroup() {
     groups: { default: { concurrency: 1 } },
   });
   (await queue.migrate())._unsafeUnwrap();
-  (await queue.enqueueMany(pool, 'work', [{}, {}, {}], { group: 'g' }))._unsafeUnwrap();
+  (
+    await queue.enqueueMany(
+      pool,
+      'work',
+      groups.map(() => ({})),
+      { groups },
+    )
+  )._unsafeUnwrap();
   const s = await Schedule.open(url, { sessions: ['t1', 't2'] });
   schedules.push(s);
+  return { schema, s };
+}
+
+async function serialGroup() {
+  const { schema, s } = await serialGroups(['g', 'g', 'g']);
   const running = async () =>
     (
       await pool.query<{ n: number }>(
@@ -79,5 +92,27 @@ describe('two claims of one serial group, interleaved', () => {
     expect(out[2]?.rowCount).toBe(0);
     expect(out[4]?.rowCount).toBe(0);
     expect(await running()).toBe(1);
+  });
+});
+
+describe('two claims sharing a head window, interleaved', () => {
+  it('the second claim takes the next groups with room instead of coming back empty', async () => {
+    const { schema, s } = await serialGroups(Array.from({ length: 10 }, (_, i) => `g${i}`));
+    const claim = `SELECT (r.job).id FROM ${schema}.claim_jobs_limited(3, 60000, ARRAY['work'],
+      '{"default": {"concurrency": 1}, "groups": {}, "tasks": {}}') r WHERE (r.job).id IS NOT NULL`;
+    const out = await s.run([
+      ['t1', 'BEGIN'],
+      ['t1', claim],
+      ['t2', claim], // the same ten ready jobs in its window; t1 holds the first three groups
+      ['t1', 'COMMIT'],
+    ]);
+    expect(out[1]?.rowCount).toBe(3);
+    expect(out[2]?.blocked).toBe(false);
+    expect(out[2]?.rowCount).toBe(3);
+    const over = await pool.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM (SELECT group_key FROM ${schema}.jobs WHERE state = 'running'
+        GROUP BY group_key HAVING count(*) > 1) x`,
+    );
+    expect(over.rows[0]?.n).toBe(0);
   });
 });

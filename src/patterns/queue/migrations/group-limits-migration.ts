@@ -175,12 +175,14 @@ BEGIN
     SELECT * FROM head UNION ALL SELECT * FROM deep d WHERE d.id NOT IN (SELECT id FROM head)
   ),
   cgroups AS MATERIALIZED (
-    -- The groups of the candidates, the first n in claim order (a claim of n jobs needs at most n).
-    SELECT c.group_key AS key FROM cand c WHERE c.group_key IS NOT NULL
-     GROUP BY c.group_key ORDER BY min(c.pos) LIMIT want
+    -- The groups of the candidates, each with its first position in claim order. All of them, not the
+    -- first n: a claim running at the same time has the same head window and locks its first groups;
+    -- this one skips those and takes the next ones (see locked_groups).
+    SELECT c.group_key AS key, min(c.pos) AS ord FROM cand c WHERE c.group_key IS NOT NULL
+     GROUP BY c.group_key
   ),
   gcfg AS MATERIALIZED (
-    SELECT k.key,
+    SELECT k.key, k.ord,
            coalesce((l.cfg->>'concurrency')::int, 2147483647) AS conc,
            (l.cfg->'rate'->>'limit')::int AS rl,
            (l.cfg->'rate'->>'perMs')::float8 * interval '1 millisecond' AS per
@@ -192,12 +194,16 @@ BEGIN
     -- 'running' and 'rate_times' below are exact, and stay so until this statement ends: another claim
     -- skips a group locked here, a settle's decrement waits for it. SKIP LOCKED: a group being claimed
     -- or settled right now is left to the next claim; a claim never waits, so it can never be part of a
-    -- deadlock, whatever order it locks groups in.
+    -- deadlock, whatever order it locks groups in. The first n groups with room in claim order that no
+    -- other statement holds (a claim of n jobs needs at most n): LIMIT stops the locking there, so two
+    -- claims sharing a head window split its groups instead of the second one coming back empty.
     SELECT g.key, g.running, g.rate_times, c.conc, c.rl, c.per
       FROM {{schema}}.job_groups g JOIN gcfg c ON c.key = g.key
      WHERE g.key = ANY(ARRAY(SELECT key FROM cgroups)) -- primary-key probes, never a scan of every group
        AND g.running < c.conc
        AND (c.rl IS NULL OR cardinality(g.rate_times) < c.rl OR g.rate_times[1] <= now() - c.per)
+     ORDER BY c.ord
+     LIMIT want
        FOR UPDATE OF g SKIP LOCKED
   ),
   groom AS MATERIALIZED (
