@@ -168,7 +168,8 @@ export const workOptionsSchema = z.strictObject({
   /**
    * Run the queue's scheduler in this worker (default true): fire due schedule ticks every
    * `scheduleInterval`, refresh this process's schedule declarations every `scheduleLiveness / 3`.
-   * Every replica may run it: each tick is enqueued once. It does not depend on the capabilities.
+   * Every replica may run it: each tick is enqueued once. It does not depend on the capabilities. Only
+   * when the queue declares schedules: a queue without any runs no scheduler.
    */
   schedules: z.boolean().default(true),
   /** How often the scheduler looks for due ticks (default 1 s). */

@@ -123,9 +123,12 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
     this.done = new Promise<void>((resolve) => {
       this.#resolveDone = resolve;
     });
-    // The scheduler runs whatever this worker can claim (firing enqueues; claiming is what requires
-    // capabilities), and on a worker without claimable tasks when the queue declares schedules.
-    if (this.#o.schedules && (this.#tasks.length > 0 || store.declaredSchedules.length > 0)) {
+    // The scheduler runs when the queue declares schedules, whatever this worker can claim (firing
+    // enqueues; claiming is what requires capabilities). A queue without schedules runs none: no
+    // statement a second, and no pass that could still hold a pool client when stop() returns. (A stored
+    // schedule that no running replica declares is never fired; the next pass of a replica that declares
+    // schedules marks it disabled.)
+    if (this.#o.schedules && store.declaredSchedules.length > 0) {
       this.#scheduler = new ScheduleLoop({
         pass: (o) => store.fireSchedules(o),
         intervalMs: this.#o.scheduleInterval,
