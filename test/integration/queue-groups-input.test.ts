@@ -4,9 +4,8 @@ import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { Queue } from '../../src/patterns/queue/index.js';
-import { claimFunctionMigration } from '../../src/patterns/queue/migrations/claim-function-migration.js';
-import { jobsMigration } from '../../src/patterns/queue/migrations/jobs-migration.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
+import { queueAtVersion2 } from '../fixtures/queue-helpers.js';
 import { useTestDatabase } from '../helpers.js';
 
 const { pool, url } = await useTestDatabase({ max: 4 });
@@ -98,16 +97,8 @@ describe('upgrade from version 2', () => {
   it('a queue at version 2 with pending and running jobs migrates to 3; its jobs still run; groups work', async () => {
     const schema = `q_gupgrade_${++seq}`;
     const s = pg.escapeIdentifier(schema);
-    const channel = pg.escapeLiteral(`${schema}_jobs`);
     // The schema as version 2 left it (migrate() of the previous release).
-    await pool.query(`CREATE SCHEMA ${s}`);
-    await pool.query(
-      `CREATE TABLE ${s}.migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`,
-    );
-    for (const m of [jobsMigration, claimFunctionMigration]) {
-      await pool.query(m.sql.replaceAll('{{schema}}', s).replaceAll('{{channel}}', channel));
-      await pool.query(`INSERT INTO ${s}.migrations (version, name) VALUES ($1, $2)`, [m.version, m.name]);
-    }
+    await queueAtVersion2(pool, schema);
     await pool.query(
       `INSERT INTO ${s}.jobs (task, payload) SELECT 'email', '{"to":"old"}' FROM generate_series(1, 5)`,
     );

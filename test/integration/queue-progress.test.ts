@@ -3,12 +3,10 @@ import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import type { JobEndEvent } from '../../src/patterns/queue/index.js';
 import { Queue } from '../../src/patterns/queue/index.js';
-import { claimFunctionMigration } from '../../src/patterns/queue/migrations/claim-function-migration.js';
-import { jobsMigration } from '../../src/patterns/queue/migrations/jobs-migration.js';
 import { gate } from '../../src/testing/gate.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
 import { countingPool } from '../fixtures/counting-pool.js';
-import { leaks } from '../fixtures/queue-helpers.js';
+import { leaks, queueAtVersion2 } from '../fixtures/queue-helpers.js';
 import { useTestDatabase } from '../helpers.js';
 
 const { pool, url } = await useTestDatabase();
@@ -250,16 +248,8 @@ describe('upgrade', () => {
   it('a version-2 queue with jobs in it migrates to 6; its jobs run and report progress', async () => {
     const schema = `q_progress_upgrade`;
     const s = pg.escapeIdentifier(schema);
-    const channel = pg.escapeLiteral(`${schema}_jobs`);
     // The schema as an older release left it: migrations 1 and 2 only, with jobs pending and running.
-    await pool.query(`CREATE SCHEMA ${s}`);
-    await pool.query(
-      `CREATE TABLE ${s}.migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`,
-    );
-    for (const m of [jobsMigration, claimFunctionMigration]) {
-      await pool.query(m.sql.replaceAll('{{schema}}', s).replaceAll('{{channel}}', channel));
-      await pool.query(`INSERT INTO ${s}.migrations (version, name) VALUES ($1, $2)`, [m.version, m.name]);
-    }
+    await queueAtVersion2(pool, schema);
     await pool.query(
       `INSERT INTO ${s}.jobs (task, payload) SELECT 'work', jsonb_build_object('n', g) FROM generate_series(1, 3) g`,
     );
