@@ -39,10 +39,10 @@ describe('migrate', () => {
     );
     const results = await Promise.all(queues.map((q) => q.migrate()));
     const applied = results.map((r) => r._unsafeUnwrap().applied.length);
-    expect(applied.filter((n) => n > 0)).toEqual([6]);
-    expect(results.every((r) => r._unsafeUnwrap().version === 6)).toBe(true);
+    expect(applied.filter((n) => n > 0)).toEqual([7]);
+    expect(results.every((r) => r._unsafeUnwrap().version === 7)).toBe(true);
     const again = await queues[0]?.migrate();
-    expect(again?._unsafeUnwrap()).toEqual({ applied: [], version: 6 });
+    expect(again?._unsafeUnwrap()).toEqual({ applied: [], version: 7 });
   });
 });
 

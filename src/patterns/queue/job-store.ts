@@ -94,6 +94,11 @@ export interface JobStore {
   /** Default lease of a claim, in ms. */
   readonly leaseMs: number;
   /**
+   * Whether claims are limited (the queue declares groups or task rates): a claim can come back short
+   * while ready jobs remain, because every job it could take belongs to a full group.
+   */
+  readonly limited: boolean;
+  /**
    * Where the queue's statements go; the LISTEN session is a connection of its own built from `options`.
    * Its counters tell a handler's `ctx.progress` whether a client is free while `ctx.transaction` holds one.
    */

@@ -14,6 +14,7 @@ import { claimFunctionMigration } from './migrations/claim-function-migration.js
 import { groupLimitsMigration } from './migrations/group-limits-migration.js';
 import { jobControlMigration } from './migrations/job-control-migration.js';
 import { jobsMigration } from './migrations/jobs-migration.js';
+import { leanClaimMigration } from './migrations/lean-claim-migration.js';
 import { schedulesMigration } from './migrations/schedules-migration.js';
 import { traceContextMigration } from './migrations/trace-context-migration.js';
 
@@ -51,6 +52,7 @@ const MIGRATIONS: readonly Migration[] = [
   schedulesMigration,
   traceContextMigration,
   jobControlMigration,
+  leanClaimMigration,
 ];
 
 /** Stable signed 64-bit advisory key for a schema's migrations (`advisoryKey`: sha-256, not hashtext). */

@@ -24,15 +24,16 @@ const KEY_CONFLICT = `(task, key) WHERE key IS NOT NULL AND state IN ('pending',
 function freeSlots(groups: string, jobs: string, channel: string, from: string): string {
   return `,
       slot_locks AS MATERIALIZED (
-        SELECT g.key FROM ${groups} g
-         WHERE g.key = ANY(ARRAY(SELECT DISTINCT f.group_key FROM ${from} f WHERE f.group_key IS NOT NULL))
+        SELECT g.key, d.k FROM ${groups} g
+          JOIN (SELECT f.group_key, count(*)::int AS k FROM ${from} f WHERE f.group_key IS NOT NULL GROUP BY f.group_key) d
+            ON g.key = d.group_key
          ORDER BY g.key
-         FOR UPDATE
+         FOR UPDATE OF g
       ),
       slots AS (
-        UPDATE ${groups} g SET running = g.running - d.k
-          FROM (SELECT f.group_key, count(*)::int AS k FROM ${from} f WHERE f.group_key IS NOT NULL GROUP BY f.group_key) d
-         WHERE g.key = d.group_key AND g.key IN (SELECT key FROM slot_locks)
+        UPDATE ${groups} g SET running = g.running - l.k
+          FROM slot_locks l
+         WHERE g.key = l.key
         RETURNING g.key
       ),
       slot_wake AS (

@@ -294,6 +294,8 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
   readonly taskNames: readonly string[];
   /** Default lease in ms. */
   readonly leaseMs: number;
+  /** Whether the queue declares `groups` or `taskRates`: its claims are limited. */
+  readonly limited: boolean;
   /** The `logger` option: where the workers' log lines go (else console.error, rate-limited). */
   readonly logger: Logger | undefined;
   /** Spans and counters of enqueues and job runs (no-op without OpenTelemetry). */
@@ -350,6 +352,7 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
     }
     this.requires = Object.freeze({ ...o.requires });
     this.#limits = limitsDeclaration(o.groups, o.taskRates);
+    this.limited = this.#limits !== undefined;
     const declared = declareSchedules(options.schedules, options.tasks);
     if (declared.isErr()) throw declared.error;
     this.#schedules = {
@@ -604,7 +607,8 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
       for (const row of res.rows) {
         if (row[0] === null) {
           const wait = row[WAIT_MS];
-          waitMs = wait === null || wait === undefined ? undefined : Number(wait);
+          // One row per pass of the claim at most: the soonest wait counts.
+          if (wait !== null && wait !== undefined) waitMs = Math.min(waitMs ?? Infinity, Number(wait));
         } else jobs.push(jobFromTuple(row));
       }
       return { jobs, waitMs };

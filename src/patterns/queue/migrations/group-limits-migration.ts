@@ -1,6 +1,194 @@
 import { claimChoose, claimLease } from './claim-steps.js';
 
 /**
+ * The first CTEs of a pass of the limited claim (migrations 3 and 7): `head`, `deep` and `cand`, the
+ * candidate jobs in claim order. Inside claim_jobs_limited: `pass`, `budget`, `want`, `tasks`, `rated`,
+ * `limits` and the cut are its variables.
+ */
+export const limitedCandidates = `  WITH head AS MATERIALIZED (
+    -- No lock: 'budget' ready jobs in claim order (jobs_claimable, an ordered index scan), after the cut
+    -- in pass 1.
+    SELECT j.id, j.task, j.group_key, j.priority, j.run_at,
+           row_number() OVER (ORDER BY j.priority, j.run_at, j.id) AS pos
+      FROM (SELECT id, task, group_key, priority, run_at FROM {{schema}}.jobs
+             WHERE state = 'pending' AND run_at <= now() AND task = ANY(tasks)
+               AND (pass = 0 OR (priority, run_at, id) > (cut_p, cut_r, cut_id))
+             ORDER BY priority, run_at, id
+             LIMIT budget) j
+  ),
+  deep AS MATERIALIZED (
+    -- No lock; pass 1 only. The first ready jobs of up to 'want' groups that look like they have room (a
+    -- snapshot read, only a preselection: the limit is checked under the group's lock below), through
+    -- jobs_group_ready. Reads job_groups, one row per group: O(groups), in a pass that runs only behind
+    -- a long run of jobs over their limits.
+    SELECT q.id, q.task, q.group_key, q.priority, q.run_at, budget + row_number() OVER () AS pos
+      FROM (
+        SELECT g.key FROM {{schema}}.job_groups g
+         WHERE pass = 1
+           AND g.running < coalesce((coalesce(limits->'groups'->g.key, limits->'default')->>'concurrency')::int, 2147483647)
+         LIMIT want
+      ) g2
+      CROSS JOIN LATERAL (
+        SELECT j.id, j.task, j.group_key, j.priority, j.run_at FROM {{schema}}.jobs j
+         WHERE coalesce(j.group_key, '') = g2.key AND j.state = 'pending' AND j.run_at <= now() AND j.task = ANY(tasks)
+         ORDER BY j.priority, j.run_at, j.id
+         LIMIT least(want, coalesce((coalesce(limits->'groups'->g2.key, limits->'default')->>'concurrency')::int, want))
+      ) q
+    UNION ALL
+    -- ... and the first ready ungrouped jobs of unrated tasks (jobs_group_ready under '': ungrouped
+    -- jobs only, in claim order).
+    SELECT u.id, u.task, u.group_key, u.priority, u.run_at, 2 * budget + row_number() OVER () AS pos
+      FROM (SELECT j.id, j.task, j.group_key, j.priority, j.run_at FROM {{schema}}.jobs j
+             WHERE pass = 1 AND coalesce(j.group_key, '') = '' AND j.state = 'pending' AND j.run_at <= now()
+               AND j.task = ANY(tasks) AND NOT (j.task = ANY(rated))
+             ORDER BY j.priority, j.run_at, j.id
+             LIMIT want) u
+  ),
+  cand AS MATERIALIZED (
+    -- Each job once: deep leaves out the jobs of the head window.
+    SELECT * FROM head UNION ALL SELECT * FROM deep d WHERE d.id NOT IN (SELECT id FROM head)
+  ),
+`;
+
+/**
+ * The steps of a pass of the limited claim that lock the chosen jobs and lease them (`locked`, `up`),
+ * after the CTE `pick` (migrations 3 and 7).
+ */
+export const limitedLeaseSteps = `  locked AS MATERIALIZED (
+    -- Lock: FOR UPDATE SKIP LOCKED on the chosen jobs, re-checked on their newest version: a job another
+    -- claim took after this statement's snapshot is no longer pending and is not taken twice. Fewer
+    -- jobs than chosen is fine: the counters grow by the jobs actually claimed.
+    SELECT j.id FROM {{schema}}.jobs j
+     WHERE j.id IN (SELECT id FROM pick) AND j.state = 'pending' AND j.run_at <= now()
+       FOR UPDATE SKIP LOCKED
+  ),
+  up AS (
+    UPDATE {{schema}}.jobs j
+       ${claimLease}
+      FROM locked l
+     WHERE j.id = l.id
+    RETURNING j.*
+  ),
+`;
+
+/**
+ * The rest of a pass of the limited claim with rate limits (migrations 3 and 7): the groups' and rated
+ * tasks' room under their locks, the jobs, the counters and rate logs, and the wait row.
+ */
+export const limitedFullPass = `  cgroups AS MATERIALIZED (
+    -- The groups of the candidates, each with its first position in claim order. All of them, not the
+    -- first n: a claim running at the same time has the same head window and locks its first groups;
+    -- this one skips those and takes the next ones (see locked_groups).
+    SELECT c.group_key AS key, min(c.pos) AS ord FROM cand c WHERE c.group_key IS NOT NULL
+     GROUP BY c.group_key
+  ),
+  gcfg AS MATERIALIZED (
+    SELECT k.key, k.ord,
+           coalesce((l.cfg->>'concurrency')::int, 2147483647) AS conc,
+           (l.cfg->'rate'->>'limit')::int AS rl,
+           (l.cfg->'rate'->>'perMs')::float8 * interval '1 millisecond' AS per
+      FROM cgroups k, LATERAL (SELECT coalesce(limits->'groups'->k.key, limits->'default', '{}'::jsonb) AS cfg) l
+  ),
+  locked_groups AS MATERIALIZED (
+    -- Lock: FOR UPDATE SKIP LOCKED on the candidate groups that have room. In READ COMMITTED the row
+    -- locked is the NEWEST committed version and the WHERE is re-checked on it (EvalPlanQual), so
+    -- 'running' and 'rate_times' below are exact, and stay so until this statement ends: another claim
+    -- skips a group locked here, a settle's decrement waits for it. SKIP LOCKED: a group being claimed
+    -- or settled right now is left to the next claim; a claim never waits, so it can never be part of a
+    -- deadlock, whatever order it locks groups in. The first n groups with room in claim order that no
+    -- other statement holds (a claim of n jobs needs at most n): LIMIT stops the locking there, so two
+    -- claims sharing a head window split its groups instead of the second one coming back empty.
+    SELECT g.key, g.running, g.rate_times, c.conc, c.rl, c.per
+      FROM {{schema}}.job_groups g JOIN gcfg c ON c.key = g.key
+     WHERE g.key = ANY(ARRAY(SELECT key FROM cgroups)) -- primary-key probes, never a scan of every group
+       AND g.running < c.conc
+       AND (c.rl IS NULL OR cardinality(g.rate_times) < c.rl OR g.rate_times[1] <= now() - c.per)
+     ORDER BY c.ord
+     LIMIT want
+       FOR UPDATE OF g SKIP LOCKED
+  ),
+  groom AS MATERIALIZED (
+    -- Room in each locked group: its free slots, and its free places in the rate window.
+    SELECT lg.key, lg.rl, lg.per, v.valid,
+           least(lg.conc - lg.running,
+                 CASE WHEN lg.rl IS NULL THEN 2147483647 ELSE lg.rl - cardinality(v.valid) END) AS cap
+      FROM locked_groups lg,
+           LATERAL (SELECT CASE WHEN lg.rl IS NULL THEN '{}'::timestamptz[] ELSE
+                      ARRAY(SELECT t FROM unnest(lg.rate_times) AS t WHERE t > now() - lg.per ORDER BY t) END AS valid) v
+  ),
+  locked_tasks AS MATERIALIZED (
+    -- Lock: FOR UPDATE SKIP LOCKED on the rate rows of the rated tasks among the candidates (newest
+    -- version, held until this statement ends), for the same reasons as the groups.
+    SELECT r.task, r.rate_times, (limits->'tasks'->r.task->>'limit')::int AS rl,
+           (limits->'tasks'->r.task->>'perMs')::float8 * interval '1 millisecond' AS per
+      FROM {{schema}}.task_rates r
+     WHERE r.task = ANY(rated) AND r.task IN (SELECT c.task FROM cand c)
+       FOR UPDATE SKIP LOCKED
+  ),
+  troom AS MATERIALIZED (
+    SELECT lt.task, lt.rl, lt.per, v.valid, lt.rl - cardinality(v.valid) AS cap
+      FROM locked_tasks lt,
+           LATERAL (SELECT ARRAY(SELECT t FROM unnest(lt.rate_times) AS t WHERE t > now() - lt.per ORDER BY t) AS valid) v
+  ),
+  by_group AS MATERIALIZED (
+    -- Candidates within their group's room (ungrouped ones always), in claim order.
+    SELECT c.* FROM (
+      SELECT c.*, row_number() OVER (PARTITION BY c.group_key ORDER BY c.pos) AS gi FROM cand c
+    ) c LEFT JOIN groom r ON r.key = c.group_key
+     WHERE c.group_key IS NULL OR c.gi <= r.cap
+  ),
+  pick AS MATERIALIZED (
+    -- ... and within their task's rate room; the first n.
+    SELECT c.id FROM (
+      SELECT c.*, row_number() OVER (PARTITION BY c.task ORDER BY c.pos) AS ti FROM by_group c
+    ) c LEFT JOIN troom t ON t.task = c.task
+     WHERE NOT (c.task = ANY(rated)) OR c.ti <= t.cap
+     ORDER BY c.pos
+     LIMIT want
+  ),
+${limitedLeaseSteps}  gu AS (
+    -- Lock: the group rows locked above (no wait). The counter grows by this claim's jobs; the rate log
+    -- keeps the claim times still in the window plus one per job (never more than the limit's length).
+    UPDATE {{schema}}.job_groups g
+       SET running = g.running + d.k,
+           rate_times = CASE WHEN r.rl IS NULL THEN g.rate_times ELSE r.valid || array_fill(now(), ARRAY[d.k]) END
+      FROM (SELECT group_key, count(*)::int AS k FROM up WHERE group_key IS NOT NULL GROUP BY group_key) d
+      JOIN groom r ON r.key = d.group_key
+     WHERE g.key = d.group_key
+    RETURNING g.key, r.rl, r.per, r.cap - d.k AS left_after, (r.valid || array_fill(now(), ARRAY[d.k]))[1] AS oldest
+  ),
+  tu AS (
+    -- Lock: the task rate rows locked above (no wait).
+    UPDATE {{schema}}.task_rates tr
+       SET rate_times = r.valid || array_fill(now(), ARRAY[d.k])
+      FROM (SELECT task, count(*)::int AS k FROM up WHERE task = ANY(rated) GROUP BY task) d
+      JOIN troom r ON r.task = d.task
+     WHERE tr.task = d.task
+    RETURNING tr.task, r.per, r.cap - d.k AS left_after, (r.valid || array_fill(now(), ARRAY[d.k]))[1] AS oldest
+  ),
+  waits AS (
+    -- No lock. When each rate window that stops a candidate frees its next place: the full ones
+    -- skipped above (snapshot read: only a hint for the worker's sleep), the ones this claim filled, and
+    -- task windows that were full when locked.
+    SELECT g.rate_times[1] + c.per AS at FROM {{schema}}.job_groups g JOIN gcfg c ON c.key = g.key
+     WHERE g.key = ANY(ARRAY(SELECT key FROM gcfg WHERE rl IS NOT NULL)) AND c.rl IS NOT NULL AND cardinality(g.rate_times) >= c.rl AND g.rate_times[1] > now() - c.per
+    UNION ALL SELECT oldest + per FROM gu WHERE rl IS NOT NULL AND left_after <= 0
+    UNION ALL SELECT oldest + per FROM tu WHERE left_after <= 0
+    UNION ALL SELECT valid[1] + per FROM troom WHERE cap <= 0
+    UNION ALL
+    SELECT r.rate_times[1] + (limits->'tasks'->r.task->>'perMs')::float8 * interval '1 millisecond'
+      FROM {{schema}}.task_rates r
+     WHERE r.task = ANY(rated) AND r.task NOT IN (SELECT task FROM locked_tasks)
+       AND r.task IN (SELECT c.task FROM cand c)
+       AND cardinality(r.rate_times) >= (limits->'tasks'->r.task->>'limit')::int
+  )
+  SELECT u::{{schema}}.jobs, NULL::double precision FROM up u
+  UNION ALL
+  SELECT NULL::{{schema}}.jobs, greatest(0, extract(epoch FROM min(w.at) - now()) * 1000)::double precision
+    FROM waits w HAVING min(w.at) IS NOT NULL;
+`;
+
+/**
  * Queue migration 3: job groups with concurrency and rate limits enforced inside the claim. '{{schema}}'
  * is replaced by the quoted schema name and '{{channel}}' by the quoted NOTIFY channel literal before it
  * runs. A string constant in the JavaScript: no file is read at run time (bundlers).
@@ -131,176 +319,7 @@ BEGIN
   -- transaction), and its counters are already updated.
   FOR pass IN 0..1 LOOP
   RETURN QUERY
-  WITH head AS MATERIALIZED (
-    -- No lock: 'budget' ready jobs in claim order (jobs_claimable, an ordered index scan), after the cut
-    -- in pass 1.
-    SELECT j.id, j.task, j.group_key, j.priority, j.run_at,
-           row_number() OVER (ORDER BY j.priority, j.run_at, j.id) AS pos
-      FROM (SELECT id, task, group_key, priority, run_at FROM {{schema}}.jobs
-             WHERE state = 'pending' AND run_at <= now() AND task = ANY(tasks)
-               AND (pass = 0 OR (priority, run_at, id) > (cut_p, cut_r, cut_id))
-             ORDER BY priority, run_at, id
-             LIMIT budget) j
-  ),
-  deep AS MATERIALIZED (
-    -- No lock; pass 1 only. The first ready jobs of up to 'want' groups that look like they have room (a
-    -- snapshot read, only a preselection: the limit is checked under the group's lock below), through
-    -- jobs_group_ready. Reads job_groups, one row per group: O(groups), in a pass that runs only behind
-    -- a long run of jobs over their limits.
-    SELECT q.id, q.task, q.group_key, q.priority, q.run_at, budget + row_number() OVER () AS pos
-      FROM (
-        SELECT g.key FROM {{schema}}.job_groups g
-         WHERE pass = 1
-           AND g.running < coalesce((coalesce(limits->'groups'->g.key, limits->'default')->>'concurrency')::int, 2147483647)
-         LIMIT want
-      ) g2
-      CROSS JOIN LATERAL (
-        SELECT j.id, j.task, j.group_key, j.priority, j.run_at FROM {{schema}}.jobs j
-         WHERE coalesce(j.group_key, '') = g2.key AND j.state = 'pending' AND j.run_at <= now() AND j.task = ANY(tasks)
-         ORDER BY j.priority, j.run_at, j.id
-         LIMIT least(want, coalesce((coalesce(limits->'groups'->g2.key, limits->'default')->>'concurrency')::int, want))
-      ) q
-    UNION ALL
-    -- ... and the first ready ungrouped jobs of unrated tasks (jobs_group_ready under '': ungrouped
-    -- jobs only, in claim order).
-    SELECT u.id, u.task, u.group_key, u.priority, u.run_at, 2 * budget + row_number() OVER () AS pos
-      FROM (SELECT j.id, j.task, j.group_key, j.priority, j.run_at FROM {{schema}}.jobs j
-             WHERE pass = 1 AND coalesce(j.group_key, '') = '' AND j.state = 'pending' AND j.run_at <= now()
-               AND j.task = ANY(tasks) AND NOT (j.task = ANY(rated))
-             ORDER BY j.priority, j.run_at, j.id
-             LIMIT want) u
-  ),
-  cand AS MATERIALIZED (
-    -- Each job once: deep leaves out the jobs of the head window.
-    SELECT * FROM head UNION ALL SELECT * FROM deep d WHERE d.id NOT IN (SELECT id FROM head)
-  ),
-  cgroups AS MATERIALIZED (
-    -- The groups of the candidates, each with its first position in claim order. All of them, not the
-    -- first n: a claim running at the same time has the same head window and locks its first groups;
-    -- this one skips those and takes the next ones (see locked_groups).
-    SELECT c.group_key AS key, min(c.pos) AS ord FROM cand c WHERE c.group_key IS NOT NULL
-     GROUP BY c.group_key
-  ),
-  gcfg AS MATERIALIZED (
-    SELECT k.key, k.ord,
-           coalesce((l.cfg->>'concurrency')::int, 2147483647) AS conc,
-           (l.cfg->'rate'->>'limit')::int AS rl,
-           (l.cfg->'rate'->>'perMs')::float8 * interval '1 millisecond' AS per
-      FROM cgroups k, LATERAL (SELECT coalesce(limits->'groups'->k.key, limits->'default', '{}'::jsonb) AS cfg) l
-  ),
-  locked_groups AS MATERIALIZED (
-    -- Lock: FOR UPDATE SKIP LOCKED on the candidate groups that have room. In READ COMMITTED the row
-    -- locked is the NEWEST committed version and the WHERE is re-checked on it (EvalPlanQual), so
-    -- 'running' and 'rate_times' below are exact, and stay so until this statement ends: another claim
-    -- skips a group locked here, a settle's decrement waits for it. SKIP LOCKED: a group being claimed
-    -- or settled right now is left to the next claim; a claim never waits, so it can never be part of a
-    -- deadlock, whatever order it locks groups in. The first n groups with room in claim order that no
-    -- other statement holds (a claim of n jobs needs at most n): LIMIT stops the locking there, so two
-    -- claims sharing a head window split its groups instead of the second one coming back empty.
-    SELECT g.key, g.running, g.rate_times, c.conc, c.rl, c.per
-      FROM {{schema}}.job_groups g JOIN gcfg c ON c.key = g.key
-     WHERE g.key = ANY(ARRAY(SELECT key FROM cgroups)) -- primary-key probes, never a scan of every group
-       AND g.running < c.conc
-       AND (c.rl IS NULL OR cardinality(g.rate_times) < c.rl OR g.rate_times[1] <= now() - c.per)
-     ORDER BY c.ord
-     LIMIT want
-       FOR UPDATE OF g SKIP LOCKED
-  ),
-  groom AS MATERIALIZED (
-    -- Room in each locked group: its free slots, and its free places in the rate window.
-    SELECT lg.key, lg.rl, lg.per, v.valid,
-           least(lg.conc - lg.running,
-                 CASE WHEN lg.rl IS NULL THEN 2147483647 ELSE lg.rl - cardinality(v.valid) END) AS cap
-      FROM locked_groups lg,
-           LATERAL (SELECT CASE WHEN lg.rl IS NULL THEN '{}'::timestamptz[] ELSE
-                      ARRAY(SELECT t FROM unnest(lg.rate_times) AS t WHERE t > now() - lg.per ORDER BY t) END AS valid) v
-  ),
-  locked_tasks AS MATERIALIZED (
-    -- Lock: FOR UPDATE SKIP LOCKED on the rate rows of the rated tasks among the candidates (newest
-    -- version, held until this statement ends), for the same reasons as the groups.
-    SELECT r.task, r.rate_times, (limits->'tasks'->r.task->>'limit')::int AS rl,
-           (limits->'tasks'->r.task->>'perMs')::float8 * interval '1 millisecond' AS per
-      FROM {{schema}}.task_rates r
-     WHERE r.task = ANY(rated) AND r.task IN (SELECT c.task FROM cand c)
-       FOR UPDATE SKIP LOCKED
-  ),
-  troom AS MATERIALIZED (
-    SELECT lt.task, lt.rl, lt.per, v.valid, lt.rl - cardinality(v.valid) AS cap
-      FROM locked_tasks lt,
-           LATERAL (SELECT ARRAY(SELECT t FROM unnest(lt.rate_times) AS t WHERE t > now() - lt.per ORDER BY t) AS valid) v
-  ),
-  by_group AS MATERIALIZED (
-    -- Candidates within their group's room (ungrouped ones always), in claim order.
-    SELECT c.* FROM (
-      SELECT c.*, row_number() OVER (PARTITION BY c.group_key ORDER BY c.pos) AS gi FROM cand c
-    ) c LEFT JOIN groom r ON r.key = c.group_key
-     WHERE c.group_key IS NULL OR c.gi <= r.cap
-  ),
-  pick AS MATERIALIZED (
-    -- ... and within their task's rate room; the first n.
-    SELECT c.id FROM (
-      SELECT c.*, row_number() OVER (PARTITION BY c.task ORDER BY c.pos) AS ti FROM by_group c
-    ) c LEFT JOIN troom t ON t.task = c.task
-     WHERE NOT (c.task = ANY(rated)) OR c.ti <= t.cap
-     ORDER BY c.pos
-     LIMIT want
-  ),
-  locked AS MATERIALIZED (
-    -- Lock: FOR UPDATE SKIP LOCKED on the chosen jobs, re-checked on their newest version: a job another
-    -- claim took after this statement's snapshot is no longer pending and is not taken twice. Fewer
-    -- jobs than chosen is fine: the counters grow by the jobs actually claimed.
-    SELECT j.id FROM {{schema}}.jobs j
-     WHERE j.id IN (SELECT id FROM pick) AND j.state = 'pending' AND j.run_at <= now()
-       FOR UPDATE SKIP LOCKED
-  ),
-  up AS (
-    UPDATE {{schema}}.jobs j
-       ${claimLease}
-      FROM locked l
-     WHERE j.id = l.id
-    RETURNING j.*
-  ),
-  gu AS (
-    -- Lock: the group rows locked above (no wait). The counter grows by this claim's jobs; the rate log
-    -- keeps the claim times still in the window plus one per job (never more than the limit's length).
-    UPDATE {{schema}}.job_groups g
-       SET running = g.running + d.k,
-           rate_times = CASE WHEN r.rl IS NULL THEN g.rate_times ELSE r.valid || array_fill(now(), ARRAY[d.k]) END
-      FROM (SELECT group_key, count(*)::int AS k FROM up WHERE group_key IS NOT NULL GROUP BY group_key) d
-      JOIN groom r ON r.key = d.group_key
-     WHERE g.key = d.group_key
-    RETURNING g.key, r.rl, r.per, r.cap - d.k AS left_after, (r.valid || array_fill(now(), ARRAY[d.k]))[1] AS oldest
-  ),
-  tu AS (
-    -- Lock: the task rate rows locked above (no wait).
-    UPDATE {{schema}}.task_rates tr
-       SET rate_times = r.valid || array_fill(now(), ARRAY[d.k])
-      FROM (SELECT task, count(*)::int AS k FROM up WHERE task = ANY(rated) GROUP BY task) d
-      JOIN troom r ON r.task = d.task
-     WHERE tr.task = d.task
-    RETURNING tr.task, r.per, r.cap - d.k AS left_after, (r.valid || array_fill(now(), ARRAY[d.k]))[1] AS oldest
-  ),
-  waits AS (
-    -- No lock. When each rate window that stops a candidate frees its next place: the full ones
-    -- skipped above (snapshot read: only a hint for the worker's sleep), the ones this claim filled, and
-    -- task windows that were full when locked.
-    SELECT g.rate_times[1] + c.per AS at FROM {{schema}}.job_groups g JOIN gcfg c ON c.key = g.key
-     WHERE g.key = ANY(ARRAY(SELECT key FROM gcfg WHERE rl IS NOT NULL)) AND c.rl IS NOT NULL AND cardinality(g.rate_times) >= c.rl AND g.rate_times[1] > now() - c.per
-    UNION ALL SELECT oldest + per FROM gu WHERE rl IS NOT NULL AND left_after <= 0
-    UNION ALL SELECT oldest + per FROM tu WHERE left_after <= 0
-    UNION ALL SELECT valid[1] + per FROM troom WHERE cap <= 0
-    UNION ALL
-    SELECT r.rate_times[1] + (limits->'tasks'->r.task->>'perMs')::float8 * interval '1 millisecond'
-      FROM {{schema}}.task_rates r
-     WHERE r.task = ANY(rated) AND r.task NOT IN (SELECT task FROM locked_tasks)
-       AND r.task IN (SELECT c.task FROM cand c)
-       AND cardinality(r.rate_times) >= (limits->'tasks'->r.task->>'limit')::int
-  )
-  SELECT u::{{schema}}.jobs, NULL::double precision FROM up u
-  UNION ALL
-  SELECT NULL::{{schema}}.jobs, greatest(0, extract(epoch FROM min(w.at) - now()) * 1000)::double precision
-    FROM waits w HAVING min(w.at) IS NOT NULL;
-  GET DIAGNOSTICS k = ROW_COUNT;
+${limitedCandidates}${limitedFullPass}  GET DIAGNOSTICS k = ROW_COUNT;
   got := got + k;
   EXIT WHEN pass = 1 OR got >= n;
   -- No lock: where pass 0's look ended, if there were more ready jobs than it looked at.
