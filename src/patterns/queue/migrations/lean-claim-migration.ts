@@ -17,7 +17,9 @@ export const leanClaimMigration = {
 -- lock on the tables; a claim running meanwhile finishes on the old body, the next one uses the new.
 -- - claim_jobs (a queue that declares no limits): the counters of the claimed jobs' groups were updated
 --   through a join that compared every group with every other (quadratic in the groups of one claim);
---   now one probe per group.
+--   now one probe per group. (Joined to the claimed groups and sorted by key instead, the lock step
+--   walked the whole primary key: sorts are disabled in these functions, so the planner read job_groups
+--   in key order rather than sort a few rows.)
 -- - claim_jobs_limited: a queue whose limits are concurrency only (no rate on any group, no rated
 --   task) takes a lean path: it locks the groups with room and counts in one step, with no rate window
 --   to read or write and no wait row. Measured on 1,000 serial groups, the full path spent most of a
@@ -37,17 +39,21 @@ AS $$
      WHERE j.id = c.id
     RETURNING j.*
   ),
+  claimed AS MATERIALIZED (
+    SELECT group_key AS key, count(*)::int AS k FROM up WHERE group_key IS NOT NULL GROUP BY group_key
+  ),
   gl AS MATERIALIZED (
-    -- Lock: FOR UPDATE on the groups of the claimed jobs IN KEY ORDER, with the number of jobs each.
-    SELECT g.key, d.k FROM {{schema}}.job_groups g
-      JOIN (SELECT group_key, count(*)::int AS k FROM up WHERE group_key IS NOT NULL GROUP BY group_key) d
-        ON g.key = d.group_key
+    -- Lock: FOR UPDATE on the groups of the claimed jobs IN KEY ORDER (primary-key probes, returned in
+    -- key order). Waiting for a group row here holds only job rows no other statement waits for (locked
+    -- with SKIP LOCKED, not running yet), and a limited claim holding a group never waits: no deadlock.
+    SELECT g.key FROM {{schema}}.job_groups g
+     WHERE g.key = ANY(ARRAY(SELECT key FROM claimed))
      ORDER BY g.key
      FOR UPDATE OF g
   ),
   gu AS (
-    -- The counters of the rows locked in gl (no wait).
-    UPDATE {{schema}}.job_groups g SET running = g.running + l.k FROM gl l WHERE g.key = l.key
+    -- The counters of the rows locked in gl (no wait): they grow by the jobs claimed now.
+    UPDATE {{schema}}.job_groups g SET running = g.running + c.k FROM claimed c WHERE g.key = c.key
   )
   SELECT * FROM up
 $$;
