@@ -16,7 +16,7 @@
 // PGTXKIT_BENCH_QUEUE_ONLY=txkit-defaults,txkit-groups-1000,txkit-groups-4 (graphile-worker, the
 // baseline, always runs too).
 import { type ChildProcess, fork } from 'node:child_process';
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { loadavg } from 'node:os';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { makeWorkerUtils } from 'graphile-worker';
@@ -92,13 +92,15 @@ function groupCount(config: string): number {
   return m === null ? 0 : Number(m[1]);
 }
 
-function childScript(): string {
-  for (const candidate of ['./queue/child.mjs', '../../bench/queue/child.mjs']) {
+/** A file of bench/queue/, from the sources (bench/queue.ts) or from the build (dist-bench/bench/queue.js). */
+function benchFile(name: string): string {
+  for (const candidate of [`./queue/${name}`, `../../bench/queue/${name}`]) {
     const path = fileURLToPath(new URL(candidate, import.meta.url));
     if (existsSync(path)) return path;
   }
-  throw new Error('bench/queue/child.mjs not found');
+  throw new Error(`bench/queue/${name} not found`);
 }
+
 
 const chunks = <T>(items: T[], size: number) =>
   Array.from({ length: Math.ceil(items.length / size) }, (_, i) => items.slice(i * size, (i + 1) * size));
@@ -164,42 +166,15 @@ async function prepare(contender: Contender, url: string, pool: pg.Pool): Promis
   return `SELECT EXISTS (SELECT 1 FROM pgboss.job WHERE name = 'noop' AND state < 'completed') AS left`;
 }
 
-/** CPU time (µs) of the local PostgreSQL server holding `pool`'s backend: postmaster + backends, exited ones included. */
-function serverCpuReader(postmaster: number | undefined): () => number | undefined {
-  if (postmaster === undefined) return () => undefined;
-  const tick = 1e6 / 100; // USER_HZ
-  const fields = (pid: string) => {
-    try {
-      const text = readFileSync(`/proc/${pid}/stat`, 'utf8');
-      return text.slice(text.lastIndexOf(')') + 2).split(' ');
-    } catch {
-      return undefined;
-    }
-  };
-  return () => {
-    let total = 0;
-    for (const pid of readdirSync('/proc')) {
-      if (!/^\d+$/.test(pid)) continue;
-      const f = fields(pid);
-      if (f === undefined) continue;
-      // After the ')' : state(0) ppid(1) … utime(11) stime(12) cutime(13) cstime(14).
-      const own = Number(f[11]) + Number(f[12]);
-      if (Number(pid) === postmaster) total += own + Number(f[13]) + Number(f[14]);
-      else if (Number(f[1]) === postmaster) total += own;
-    }
-    return total * tick;
-  };
-}
+/** The server CPU reader the queue benchmarks share (bench/queue/server-cpu.mjs). */
+type ServerCpuReader = (pool: pg.Pool) => Promise<() => number | undefined>;
 
-async function postmasterPid(pool: pg.Pool): Promise<number | undefined> {
-  const r = await pool.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
-  const pid = r.rows[0]?.pid;
-  try {
-    const text = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return Number(text.slice(text.lastIndexOf(')') + 2).split(' ')[1]);
-  } catch {
-    return undefined; // a remote server
-  }
+/** Loads bench/queue/server-cpu.mjs, beside this file when run from the sources or from dist-bench/. */
+async function loadServerCpuReader(): Promise<ServerCpuReader> {
+  const mod: { serverCpuReader: ServerCpuReader } = await import(
+    pathToFileURL(benchFile('server-cpu.mjs')).href
+  );
+  return mod.serverCpuReader;
 }
 
 interface RoundResult {
@@ -228,7 +203,7 @@ async function burnDown(
   };
   try {
     for (let i = 0; i < PROCESSES; i++) {
-      const child = fork(childScript(), [], {
+      const child = fork(benchFile('child.mjs'), [], {
         env: {
           ...process.env,
           BENCH_SYSTEM: contender.system,
@@ -354,7 +329,7 @@ export async function run({
     const contenders = CONTENDERS.filter(
       (c) => only === undefined || only.includes(c.id) || c.id === BASELINE,
     );
-    const serverCpu = serverCpuReader(await postmasterPid(pool));
+    const serverCpu = await (await loadServerCpuReader())(pool);
     const results = new Map<string, RoundResult[]>(contenders.map((c) => [c.id, []]));
     const ratios = new Map<string, number[]>(contenders.map((c) => [c.id, []]));
     /** pg-txkit defaults ÷ tuned, per round (both measured in the same round). */

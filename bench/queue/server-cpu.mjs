@@ -1,5 +1,5 @@
 // CPU time of a local PostgreSQL server, from /proc: its postmaster (with its exited children) plus its
-// live backends. Shared by the benchmarks in bench/queue/*.mjs.
+// live backends. The one reader of every queue benchmark (bench/queue.ts and bench/queue/*.mjs).
 import { readdirSync, readFileSync } from 'node:fs';
 
 /** The fields of /proc/<pid>/stat after the command name (state, ppid, …), or undefined if gone. */
@@ -12,10 +12,14 @@ function statFields(pid) {
   }
 }
 
-/** A function returning the server's CPU µs so far; `pool` is one of its clients' pool (a local server). */
+/**
+ * A function returning the server's CPU µs so far; `pool` is one of its clients' pool. For a server that
+ * is not on this machine (its backend is not in /proc) the function returns undefined.
+ */
 export async function serverCpuReader(pool) {
   const pid = (await pool.query('SELECT pg_backend_pid() AS pid')).rows[0].pid;
   const postmaster = Number(statFields(pid)?.[1]);
+  if (!Number.isInteger(postmaster)) return () => undefined;
   return () => {
     let total = 0;
     for (const pid of readdirSync('/proc')) {
