@@ -101,7 +101,6 @@ function benchFile(name: string): string {
   throw new Error(`bench/queue/${name} not found`);
 }
 
-
 const chunks = <T>(items: T[], size: number) =>
   Array.from({ length: Math.ceil(items.length / size) }, (_, i) => items.slice(i * size, (i + 1) * size));
 
