@@ -1,6 +1,53 @@
 import { claimChoose, claimLease } from './claim-steps.js';
 
 /**
+ * The parts of claim_jobs_limited's plpgsql body that its versions share (migrations 3 and 7): the
+ * first declarations (`budget`, `rated`), the loop variables, the prologue before the loop (the rate rows
+ * of the rated tasks, and how the two passes work), and the end of a pass (where pass 0's look ended,
+ * the loop's end and the function's).
+ */
+export const limitedDeclarations = `  -- How far one pass looks in claim order.
+  budget constant integer := n * 2 + 32;
+  rated text[] := ARRAY(
+    SELECT t FROM jsonb_object_keys(coalesce(limits->'tasks', '{}'::jsonb)) AS t WHERE t = ANY(tasks) ORDER BY t);
+`;
+
+/** See {@link limitedDeclarations}. */
+export const limitedVariables = `  want integer := n;
+  got integer := 0;
+  k integer;
+  cut_p integer;
+  cut_r timestamptz;
+  cut_id bigint;
+`;
+
+/** See {@link limitedDeclarations}. */
+export const limitedPrologue = `BEGIN
+  IF cardinality(rated) > 0 THEN
+    -- Lock: ROW EXCLUSIVE on task_rates. Creates the rate rows of the rated tasks once; ON CONFLICT DO
+    -- NOTHING takes no lock on a row that exists. Sorted, so two first claims never deadlock.
+    INSERT INTO {{schema}}.task_rates (task) SELECT t FROM unnest(rated) AS t ORDER BY t ON CONFLICT DO NOTHING;
+  END IF;
+  -- Pass 0 looks at the first 'budget' ready jobs in claim order. Pass 1 runs only when pass 0 came back
+  -- short AND there were more ready jobs than it looked at (a long run of jobs of full groups at the
+  -- head): it looks at the next 'budget' jobs and at the first ready jobs of up to 'want' groups with
+  -- room, found group by group, so jobs over their limit do not block the groups behind them. Each pass
+  -- is one statement with a fresh snapshot; the locks of pass 0 are held through pass 1 (same
+  -- transaction), and its counters are already updated.
+`;
+
+/** See {@link limitedDeclarations}. */
+export const limitedCutAndEnd = `  -- No lock: where pass 0's look ended, if there were more ready jobs than it looked at.
+  SELECT j.priority, j.run_at, j.id INTO cut_p, cut_r, cut_id FROM {{schema}}.jobs j
+   WHERE j.state = 'pending' AND j.run_at <= now() AND j.task = ANY(tasks)
+   ORDER BY j.priority, j.run_at, j.id
+   OFFSET budget - 1 LIMIT 1;
+  EXIT WHEN NOT FOUND;
+  want := n - got;
+  END LOOP;
+END $$;`;
+
+/**
  * The first CTEs of a pass of the limited claim (migrations 3 and 7): `head`, `deep` and `cand`, the
  * candidate jobs in claim order. Inside claim_jobs_limited: `pass`, `budget`, `want`, `tasks`, `rated`,
  * `limits` and the cut are its variables.
@@ -295,41 +342,11 @@ CREATE FUNCTION {{schema}}.claim_jobs_limited(n integer, lease_ms double precisi
   SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
-  -- How far one pass looks in claim order.
-  budget constant integer := n * 2 + 32;
-  rated text[] := ARRAY(
-    SELECT t FROM jsonb_object_keys(coalesce(limits->'tasks', '{}'::jsonb)) AS t WHERE t = ANY(tasks) ORDER BY t);
-  want integer := n;
-  got integer := 0;
-  k integer;
-  cut_p integer;
-  cut_r timestamptz;
-  cut_id bigint;
-BEGIN
-  IF cardinality(rated) > 0 THEN
-    -- Lock: ROW EXCLUSIVE on task_rates. Creates the rate rows of the rated tasks once; ON CONFLICT DO
-    -- NOTHING takes no lock on a row that exists. Sorted, so two first claims never deadlock.
-    INSERT INTO {{schema}}.task_rates (task) SELECT t FROM unnest(rated) AS t ORDER BY t ON CONFLICT DO NOTHING;
-  END IF;
-  -- Pass 0 looks at the first 'budget' ready jobs in claim order. Pass 1 runs only when pass 0 came back
-  -- short AND there were more ready jobs than it looked at (a long run of jobs of full groups at the
-  -- head): it looks at the next 'budget' jobs and at the first ready jobs of up to 'want' groups with
-  -- room, found group by group, so jobs over their limit do not block the groups behind them. Each pass
-  -- is one statement with a fresh snapshot; the locks of pass 0 are held through pass 1 (same
-  -- transaction), and its counters are already updated.
-  FOR pass IN 0..1 LOOP
+${limitedDeclarations}${limitedVariables}${limitedPrologue}  FOR pass IN 0..1 LOOP
   RETURN QUERY
 ${limitedCandidates}${limitedFullPass}  GET DIAGNOSTICS k = ROW_COUNT;
   got := got + k;
   EXIT WHEN pass = 1 OR got >= n;
-  -- No lock: where pass 0's look ended, if there were more ready jobs than it looked at.
-  SELECT j.priority, j.run_at, j.id INTO cut_p, cut_r, cut_id FROM {{schema}}.jobs j
-   WHERE j.state = 'pending' AND j.run_at <= now() AND j.task = ANY(tasks)
-   ORDER BY j.priority, j.run_at, j.id
-   OFFSET budget - 1 LIMIT 1;
-  EXIT WHEN NOT FOUND;
-  want := n - got;
-  END LOOP;
-END $$;
+${limitedCutAndEnd}
 `,
 } as const;

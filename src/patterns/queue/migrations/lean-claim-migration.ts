@@ -1,5 +1,13 @@
 import { claimChoose, claimLease } from './claim-steps.js';
-import { limitedCandidates, limitedFullPass, limitedLeaseSteps } from './group-limits-migration.js';
+import {
+  limitedCandidates,
+  limitedCutAndEnd,
+  limitedDeclarations,
+  limitedFullPass,
+  limitedLeaseSteps,
+  limitedPrologue,
+  limitedVariables,
+} from './group-limits-migration.js';
 
 /**
  * Queue migration 7: the claim functions again, leaner. '{{schema}}' is replaced by the quoted schema
@@ -69,33 +77,11 @@ CREATE OR REPLACE FUNCTION {{schema}}.claim_jobs_limited(n integer, lease_ms dou
   SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
-  -- How far one pass looks in claim order.
-  budget constant integer := n * 2 + 32;
-  rated text[] := ARRAY(
-    SELECT t FROM jsonb_object_keys(coalesce(limits->'tasks', '{}'::jsonb)) AS t WHERE t = ANY(tasks) ORDER BY t);
-  -- Whether any group has a rate limit. Without one, and without rated tasks, the claim takes the lean
+${limitedDeclarations}  -- Whether any group has a rate limit. Without one, and without rated tasks, the claim takes the lean
   -- path below: the limits are concurrency only.
   group_rates constant boolean := (limits->'default'->'rate') IS NOT NULL
     OR EXISTS (SELECT 1 FROM jsonb_each(coalesce(limits->'groups', '{}'::jsonb)) AS e WHERE e.value ? 'rate');
-  want integer := n;
-  got integer := 0;
-  k integer;
-  cut_p integer;
-  cut_r timestamptz;
-  cut_id bigint;
-BEGIN
-  IF cardinality(rated) > 0 THEN
-    -- Lock: ROW EXCLUSIVE on task_rates. Creates the rate rows of the rated tasks once; ON CONFLICT DO
-    -- NOTHING takes no lock on a row that exists. Sorted, so two first claims never deadlock.
-    INSERT INTO {{schema}}.task_rates (task) SELECT t FROM unnest(rated) AS t ORDER BY t ON CONFLICT DO NOTHING;
-  END IF;
-  -- Pass 0 looks at the first 'budget' ready jobs in claim order. Pass 1 runs only when pass 0 came back
-  -- short AND there were more ready jobs than it looked at (a long run of jobs of full groups at the
-  -- head): it looks at the next 'budget' jobs and at the first ready jobs of up to 'want' groups with
-  -- room, found group by group, so jobs over their limit do not block the groups behind them. Each pass
-  -- is one statement with a fresh snapshot; the locks of pass 0 are held through pass 1 (same
-  -- transaction), and its counters are already updated.
-  FOR pass IN 0..1 LOOP
+${limitedVariables}${limitedPrologue}  FOR pass IN 0..1 LOOP
   IF cardinality(rated) = 0 AND NOT group_rates THEN
   -- The lean path (concurrency limits only): no rate window to read or write, no wait row.
   RETURN QUERY
@@ -148,14 +134,6 @@ ${limitedCandidates}${limitedFullPass}  END IF;
   -- got half of what it asked for made progress: searching group by group for the rest would cost this
   -- claim more than the next claim will.
   EXIT WHEN pass = 1 OR got * 2 >= n;
-  -- No lock: where pass 0's look ended, if there were more ready jobs than it looked at.
-  SELECT j.priority, j.run_at, j.id INTO cut_p, cut_r, cut_id FROM {{schema}}.jobs j
-   WHERE j.state = 'pending' AND j.run_at <= now() AND j.task = ANY(tasks)
-   ORDER BY j.priority, j.run_at, j.id
-   OFFSET budget - 1 LIMIT 1;
-  EXIT WHEN NOT FOUND;
-  want := n - got;
-  END LOOP;
-END $$;
+${limitedCutAndEnd}
 `,
 } as const;
