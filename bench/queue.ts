@@ -70,6 +70,12 @@ const CONTENDERS: readonly Contender[] = [
     config: 'best',
   },
   {
+    id: 'graphile-queues-1000',
+    name: 'graphile-worker 0.17.3, 1,000 named queues (serial per key; no localQueue, completeJobBatchDelay 0, failJobBatchDelay 0)',
+    system: 'graphile',
+    config: 'queues-1000',
+  },
+  {
     id: 'pgboss',
     name: 'pg-boss 10.4.2 (8 pollers × batchSize 100 per process)',
     system: 'pgboss',
@@ -83,12 +89,15 @@ const CONTENDERS: readonly Contender[] = [
   },
 ];
 const BASELINE = 'graphile';
-/** The unlimited queue the per-key limits are compared with, round by round. */
-const UNLIMITED = 'txkit-defaults';
+/** The unlimited queue of each system its per-key limits are compared with, round by round. */
+const UNLIMITED: Partial<Record<System, string>> = { txkit: 'txkit-defaults', graphile: 'graphile' };
 
-/** How many groups the jobs of a txkit configuration are spread over (round-robin); 0: no group. */
+/**
+ * How many groups (pg-txkit, `groups-N`) or named queues (graphile-worker, `queues-N`) the jobs of a
+ * configuration are spread over, round-robin; 0: none.
+ */
 function groupCount(config: string): number {
-  const m = /^groups-(\d+)$/.exec(config);
+  const m = /^(?:groups|queues)-(\d+)$/.exec(config);
   return m === null ? 0 : Number(m[1]);
 }
 
@@ -131,8 +140,17 @@ async function prepare(contender: Contender, url: string, pool: pg.Pool): Promis
     try {
       await utils.migrate();
       await pool.query('DELETE FROM graphile_worker._private_jobs');
-      for (const chunk of chunks(specs, 5000))
-        await utils.addJobs(chunk.map((payload) => ({ identifier: 'noop', payload })));
+      // The named queues of the last round go too: each fetch considers every queue row.
+      await pool.query('DELETE FROM graphile_worker._private_job_queues');
+      const queues = groupCount(contender.config);
+      for (const [c, chunk] of chunks(specs, 5000).entries())
+        await utils.addJobs(
+          chunk.map((payload, i) =>
+            queues === 0
+              ? { identifier: 'noop', payload }
+              : { identifier: 'noop', payload, queueName: `g${(c * 5000 + i) % queues}` },
+          ),
+        );
     } finally {
       await utils.release();
     }
@@ -353,10 +371,11 @@ export async function run({
       const defaults = inRound.get('txkit-defaults');
       const tuned = inRound.get('txkit-tuned');
       if (defaults !== undefined && tuned !== undefined) defaultsVsTuned.push(defaults / tuned);
-      for (const c of contenders.filter((x) => x.system === 'txkit' && groupCount(x.config) > 0)) {
+      for (const c of contenders.filter((x) => groupCount(x.config) > 0)) {
         const limited = inRound.get(c.id);
-        if (limited === undefined || defaults === undefined) continue;
-        limitedVsUnlimited.set(c.id, [...(limitedVsUnlimited.get(c.id) ?? []), limited / defaults]);
+        const unlimited = inRound.get(UNLIMITED[c.system] ?? '');
+        if (limited === undefined || unlimited === undefined) continue;
+        limitedVsUnlimited.set(c.id, [...(limitedVsUnlimited.get(c.id) ?? []), limited / unlimited]);
       }
     }
     onProgress(total, total);
@@ -390,7 +409,7 @@ export async function run({
       [...limitedVsUnlimited]
         .map(
           ([id, r]) =>
-            `${id} ÷ ${UNLIMITED}, same round: ${fmt(median(r), 2)}× (${fmt(Math.min(...r), 2)}–${fmt(Math.max(...r), 2)}); `,
+            `${id} ÷ ${UNLIMITED[CONTENDERS.find((c) => c.id === id)?.system ?? 'raw']}, same round: ${fmt(median(r), 2)}× (${fmt(Math.min(...r), 2)}–${fmt(Math.max(...r), 2)}); `,
         )
         .join('') +
       `pg-txkit defaults + LISTEN at 100 jobs/s, enqueue → handler start: p50 ${latency.p50.toFixed(2)} ms, ` +

@@ -51,7 +51,16 @@ if (system === 'txkit') {
       pollInterval: 1000,
       taskList: { noop: async () => {} },
       // Its best configuration: a local queue of 500 and batched completions/failures with no delay.
-      preset: { worker: { localQueue: { size: 500 }, completeJobBatchDelay: 0, failJobBatchDelay: 0 } },
+      // With named queues (queues-N), no local queue: in 0.17.3 a batch fetch can take several jobs of
+      // one named queue and run them at once (graphile/worker#621), so its serial-per-queue guarantee
+      // holds only with jobs fetched one at a time.
+      preset: {
+        worker: {
+          ...(config === 'best' ? { localQueue: { size: 500 } } : {}),
+          completeJobBatchDelay: 0,
+          failJobBatchDelay: 0,
+        },
+      },
     });
   };
   stop = async () => {
