@@ -39,10 +39,10 @@ describe('migrate', () => {
     );
     const results = await Promise.all(queues.map((q) => q.migrate()));
     const applied = results.map((r) => r._unsafeUnwrap().applied.length);
-    expect(applied.filter((n) => n > 0)).toEqual([7]);
-    expect(results.every((r) => r._unsafeUnwrap().version === 7)).toBe(true);
+    expect(applied.filter((n) => n > 0)).toEqual([8]);
+    expect(results.every((r) => r._unsafeUnwrap().version === 8)).toBe(true);
     const again = await queues[0]?.migrate();
-    expect(again?._unsafeUnwrap()).toEqual({ applied: [], version: 7 });
+    expect(again?._unsafeUnwrap()).toEqual({ applied: [], version: 8 });
   });
 });
 
@@ -115,6 +115,51 @@ describe('state transitions', () => {
     const [c3] = (await queue.claim())._unsafeUnwrap();
     expect(c3?.attempts).toBe(3);
     expect(c3?.leaseToken).not.toBe(c2?.leaseToken);
+  });
+
+  it('the jobs of one claim share its lease token; a later claim of a job draws a new one, and the old token fences nothing but the jobs still under it', async () => {
+    for (const groups of [
+      undefined,
+      { default: { concurrency: 1 } },
+      { default: { rate: { limit: 10, per: '1m' } } },
+    ]) {
+      // The plain claim, the limited claim's lean path (concurrency only) and its full path (a rate).
+      const queue = new Queue({
+        pool,
+        txManager: tm,
+        schema: `q_core_${++schemaSeq}`,
+        tasks,
+        ...(groups ? { groups } : {}),
+      });
+      (await queue.migrate())._unsafeUnwrap();
+      const ids = (
+        await queue.enqueueMany(
+          pool,
+          'email',
+          [{ to: 'a@example.com' }, { to: 'b@example.com' }, { to: 'c@example.com' }],
+          {
+            groups: ['g1', 'g2', 'g3'],
+          },
+        )
+      )._unsafeUnwrap().ids;
+      const first = (await queue.claim({ batch: 3 }))._unsafeUnwrap();
+      expect(first.map((j) => j.id).sort()).toEqual([...ids].sort());
+      expect(new Set(first.map((j) => j.leaseToken)).size).toBe(1);
+      const [a, b, c] = first;
+      // a goes back (released) and is claimed again: a new token.
+      expect((await queue.release([a!]))._unsafeUnwrap()).toEqual([a!.id]);
+      const [again] = (await queue.claim({ batch: 3 }))._unsafeUnwrap();
+      expect(again?.id).toBe(a!.id);
+      expect(again?.leaseToken).not.toBe(a!.leaseToken);
+      // The first claim's token no longer settles a, still settles b and c.
+      expect((await queue.complete(a!))._unsafeUnwrapErr().kind).toBe('LeaseLost');
+      (await queue.complete(b!))._unsafeUnwrap();
+      (await queue.fail(c!, 'boom', { final: true }))._unsafeUnwrap();
+      expect((await row(queue, a!.id))?.state).toBe('running');
+      (await queue.complete(again!))._unsafeUnwrap();
+      expect(await row(queue, a!.id)).toBeUndefined();
+      expect((await row(queue, c!.id))?.state).toBe('dead');
+    }
   });
 
   it('running → dead when attempts are used up, or at once with final; redrive → pending', async () => {

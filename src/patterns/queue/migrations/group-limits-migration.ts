@@ -99,9 +99,9 @@ export const limitedCandidates = `  WITH head AS MATERIALIZED (
 
 /**
  * The steps of a pass of the limited claim that lock the chosen jobs and lease them (`locked`, `up`),
- * after the CTE `pick` (migrations 3 and 7).
+ * after the CTE `pick` (migrations 3, 7 and 8), with `lease` the SET clause of the UPDATE.
  */
-export const limitedLeaseSteps = `  locked AS MATERIALIZED (
+export const limitedLeaseSteps = (lease: string) => `  locked AS MATERIALIZED (
     -- Lock: FOR UPDATE SKIP LOCKED on the chosen jobs, re-checked on their newest version: a job another
     -- claim took after this statement's snapshot is no longer pending and is not taken twice. Fewer
     -- jobs than chosen is fine: the counters grow by the jobs actually claimed.
@@ -111,7 +111,7 @@ export const limitedLeaseSteps = `  locked AS MATERIALIZED (
   ),
   up AS (
     UPDATE {{schema}}.jobs j
-       ${claimLease}
+       ${lease}
       FROM locked l
      WHERE j.id = l.id
     RETURNING j.*
@@ -119,10 +119,11 @@ export const limitedLeaseSteps = `  locked AS MATERIALIZED (
 `;
 
 /**
- * The rest of a pass of the limited claim with rate limits (migrations 3 and 7): the groups' and rated
- * tasks' room under their locks, the jobs, the counters and rate logs, and the wait row.
+ * The rest of a pass of the limited claim with rate limits (migrations 3, 7 and 8): the groups' and
+ * rated tasks' room under their locks, the jobs (leased with `lease`, the SET clause of the UPDATE), the
+ * counters and rate logs, and the wait row.
  */
-export const limitedFullPass = `  cgroups AS MATERIALIZED (
+export const limitedFullPass = (lease: string) => `  cgroups AS MATERIALIZED (
     -- The groups of the candidates, each with its first position in claim order. All of them, not the
     -- first n: a claim running at the same time has the same head window and locks its first groups;
     -- this one skips those and takes the next ones (see locked_groups).
@@ -193,7 +194,7 @@ export const limitedFullPass = `  cgroups AS MATERIALIZED (
      ORDER BY c.pos
      LIMIT want
   ),
-${limitedLeaseSteps}  gu AS (
+${limitedLeaseSteps(lease)}  gu AS (
     -- Lock: the group rows locked above (no wait). The counter grows by this claim's jobs; the rate log
     -- keeps the claim times still in the window plus one per job (never more than the limit's length).
     UPDATE {{schema}}.job_groups g
@@ -344,7 +345,7 @@ AS $$
 DECLARE
 ${limitedDeclarations}${limitedVariables}${limitedPrologue}  FOR pass IN 0..1 LOOP
   RETURN QUERY
-${limitedCandidates}${limitedFullPass}  GET DIAGNOSTICS k = ROW_COUNT;
+${limitedCandidates}${limitedFullPass(claimLease)}  GET DIAGNOSTICS k = ROW_COUNT;
   got := got + k;
   EXIT WHEN pass = 1 OR got >= n;
 ${limitedCutAndEnd}

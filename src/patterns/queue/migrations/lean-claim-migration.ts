@@ -10,31 +10,12 @@ import {
 } from './group-limits-migration.js';
 
 /**
- * Queue migration 7: the claim functions again, leaner. '{{schema}}' is replaced by the quoted schema
- * name before it runs. A string constant in the JavaScript: no file is read at run time (bundlers).
- *
- * @example
- * await client.query(leanClaimMigration.sql.replaceAll('{{schema}}', '"jobs"'));
+ * The two claim functions of migration 7 (and, with a token per claim, of migration 8): `claim_jobs`
+ * and `claim_jobs_limited`, CREATE OR REPLACE, with `lease` the SET clause of their UPDATE. Inside a
+ * migration's SQL ('{{schema}}' is replaced before it runs).
  */
-export const leanClaimMigration = {
-  version: 7,
-  name: '007_lean_claim.sql',
-  sql: `
--- pg-txkit queue, migration 7: the claim functions of migration 3, rewritten where they cost the most.
--- Runs inside migrate()'s transaction under pg_advisory_xact_lock. CREATE OR REPLACE FUNCTION takes no
--- lock on the tables; a claim running meanwhile finishes on the old body, the next one uses the new.
--- - claim_jobs (a queue that declares no limits): the counters of the claimed jobs' groups were updated
---   through a join that compared every group with every other (quadratic in the groups of one claim);
---   now one probe per group. (Joined to the claimed groups and sorted by key instead, the lock step
---   walked the whole primary key: sorts are disabled in these functions, so the planner read job_groups
---   in key order rather than sort a few rows.)
--- - claim_jobs_limited: a queue whose limits are concurrency only (no rate on any group, no rated
---   task) takes a lean path: it locks the groups with room and counts in one step, with no rate window
---   to read or write and no wait row. Measured on 1,000 serial groups, the full path spent most of a
---   claim there.
--- The guarantees and the locks are those of migration 3; each step says which lock it takes.
-
-CREATE OR REPLACE FUNCTION {{schema}}.claim_jobs(n integer, lease_ms double precision, tasks text[])
+export function leanClaimFunctions(lease: string): string {
+  return `CREATE OR REPLACE FUNCTION {{schema}}.claim_jobs(n integer, lease_ms double precision, tasks text[])
   RETURNS SETOF {{schema}}.jobs
   LANGUAGE sql VOLATILE
   SET enable_sort = off
@@ -42,7 +23,7 @@ AS $$
   WITH ${claimChoose('{{schema}}')},
   up AS (
     UPDATE {{schema}}.jobs j
-       ${claimLease}
+       ${lease}
       FROM c
      WHERE j.id = c.id
     RETURNING j.*
@@ -116,7 +97,7 @@ ${limitedCandidates}  room AS MATERIALIZED (
      ORDER BY c.pos
      LIMIT want
   ),
-${limitedLeaseSteps}  gu AS (
+${limitedLeaseSteps(lease)}  gu AS (
     -- Lock: the group rows locked in 'room' (no wait): every claimed job's group is one of them.
     UPDATE {{schema}}.job_groups g SET running = g.running + d.k
       FROM (SELECT group_key, count(*)::int AS k FROM up WHERE group_key IS NOT NULL GROUP BY group_key) d
@@ -126,7 +107,7 @@ ${limitedLeaseSteps}  gu AS (
   ELSE
   -- The full path: rate windows of groups and tasks, and the wait row.
   RETURN QUERY
-${limitedCandidates}${limitedFullPass}  END IF;
+${limitedCandidates}${limitedFullPass(lease)}  END IF;
   GET DIAGNOSTICS k = ROW_COUNT;
   -- k counts the full path's wait row too (at most one per pass): pass 1 may ask for one job fewer.
   got := got + k;
@@ -135,5 +116,33 @@ ${limitedCandidates}${limitedFullPass}  END IF;
   -- claim more than the next claim will.
   EXIT WHEN pass = 1 OR got * 2 >= n;
 ${limitedCutAndEnd}
-`,
+`;
+}
+
+/**
+ * Queue migration 7: the claim functions again, leaner. '{{schema}}' is replaced by the quoted schema
+ * name before it runs. A string constant in the JavaScript: no file is read at run time (bundlers).
+ *
+ * @example
+ * await client.query(leanClaimMigration.sql.replaceAll('{{schema}}', '"jobs"'));
+ */
+export const leanClaimMigration = {
+  version: 7,
+  name: '007_lean_claim.sql',
+  sql: `
+-- pg-txkit queue, migration 7: the claim functions of migration 3, rewritten where they cost the most.
+-- Runs inside migrate()'s transaction under pg_advisory_xact_lock. CREATE OR REPLACE FUNCTION takes no
+-- lock on the tables; a claim running meanwhile finishes on the old body, the next one uses the new.
+-- - claim_jobs (a queue that declares no limits): the counters of the claimed jobs' groups were updated
+--   through a join that compared every group with every other (quadratic in the groups of one claim);
+--   now one probe per group. (Joined to the claimed groups and sorted by key instead, the lock step
+--   walked the whole primary key: sorts are disabled in these functions, so the planner read job_groups
+--   in key order rather than sort a few rows.)
+-- - claim_jobs_limited: a queue whose limits are concurrency only (no rate on any group, no rated
+--   task) takes a lean path: it locks the groups with room and counts in one step, with no rate window
+--   to read or write and no wait row. Measured on 1,000 serial groups, the full path spent most of a
+--   claim there.
+-- The guarantees and the locks are those of migration 3; each step says which lock it takes.
+
+${leanClaimFunctions(claimLease)}`,
 } as const;
