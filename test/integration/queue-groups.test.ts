@@ -311,6 +311,46 @@ describe('counters stay true through every settle', () => {
   });
 });
 
+describe("completeClaimed (the worker's batch completion)", () => {
+  it('sends the statement without group steps only for a batch of ungrouped jobs: every batch keeps the counters true, and the same statement for a grouped job would not', async () => {
+    const schema = await freshSchema();
+    const q = replica(schema, { default: { concurrency: 10 } });
+    (
+      await q.enqueueMany(
+        pool,
+        'work',
+        Array.from({ length: 6 }, (_, n) => ({ n })),
+        { groups: [null, null, 'g', 'g', null, 'h'] },
+      )
+    )._unsafeUnwrap();
+    const jobs = (await q.claim({ batch: 6 }))._unsafeUnwrap();
+    const byN = (n: number) => jobs.find((j) => (j.payload as { n: number }).n === n) as Job;
+    const same = async () => {
+      for (const c of await counters(schema)) expect(c.running).toBe(c.actual);
+    };
+    await same();
+    // Ungrouped only: the lean statement.
+    expect((await q.completeClaimed([byN(0), byN(1)]))._unsafeUnwrap().completed).toHaveLength(2);
+    await same();
+    // Mixed: the full statement gives g's slot back.
+    expect((await q.completeClaimed([byN(2), byN(4)]))._unsafeUnwrap().completed).toHaveLength(2);
+    await same();
+    // The naive control: a grouped job sent as if it had no group takes the lean statement, and its
+    // group keeps a slot nobody holds.
+    const naive = byN(3);
+    expect((await q.completeClaimed([{ ...naive, group: null }]))._unsafeUnwrap().completed).toEqual([
+      naive.id,
+    ]);
+    const after = await counters(schema);
+    expect(after.find((c) => c.key === 'g')).toMatchObject({ running: 1, actual: 0 });
+    // A lease without its group (plain JavaScript) takes the full statement.
+    const h = byN(5);
+    const untyped = { id: h.id, leaseToken: h.leaseToken } as unknown as Job;
+    expect((await q.completeClaimed([untyped]))._unsafeUnwrap().completed).toEqual([h.id]);
+    expect((await counters(schema)).find((c) => c.key === 'h')).toMatchObject({ running: 0, actual: 0 });
+  });
+});
+
 describe("local queues on a limited queue (prefetch 'auto')", () => {
   // A job held in a worker's local queue is running as far as its group's limit goes. Two workers whose
   // local queues could together hold more jobs than the groups have slots (2 × (4 + 100) > 150 serial

@@ -1,5 +1,5 @@
 // Public surface of the queue module (re-exports only).
-export type { EnqueuedJob, Job, JobLease, JobState } from './job.js';
+export type { ClaimedLease, EnqueuedJob, Job, JobLease, JobState } from './job.js';
 export type { MigrateResult } from './migrate-queue.js';
 export {
   type CancelResult,

@@ -5,7 +5,7 @@ import type { Logger } from '../../observability/logger.js';
 import type { QueueTelemetry } from '../../observability/queue-telemetry.js';
 import type { PoolCounters } from '../../tx/acquire-client.js';
 import type { Db, Tx } from '../../tx/types.js';
-import type { Job, JobLease, JobState } from './job.js';
+import type { ClaimedLease, Job, JobLease, JobState } from './job.js';
 import type { PayloadSchema } from './payload-schema.js';
 import type { QueueMetrics } from './queue-health.js';
 import type { pruneOptionsSchema } from './queue-options.js';
@@ -120,7 +120,7 @@ export interface JobStore {
   /** Completes many jobs in one fenced statement. */
   completeMany(jobs: readonly JobLease[]): ResultAsync<CompleteManyResult, DatabaseFailure>;
   /** As completeMany, for jobs this store's own claim returned (their leases are not checked again). */
-  completeClaimed(jobs: readonly JobLease[]): ResultAsync<CompleteManyResult, DatabaseFailure>;
+  completeClaimed(jobs: readonly ClaimedLease[]): ResultAsync<CompleteManyResult, DatabaseFailure>;
   /** Records many failed attempts in one fenced statement. */
   failMany(items: readonly FailItem[]): ResultAsync<Map<string, FailResult>, DatabaseFailure>;
   /** Extends many leases in one fenced statement (heartbeat). */

@@ -52,6 +52,12 @@ export interface Job<P = unknown> {
 /** The part of a job that settles it: id and lease token. */
 export type JobLease = Pick<Job, 'id' | 'leaseToken'>;
 
+/**
+ * The part of a claimed job that completes it through `completeClaimed`: id, lease token and group. A
+ * batch of jobs that all have `group: null` is completed by a statement without the group steps.
+ */
+export type ClaimedLease = Pick<Job, 'id' | 'leaseToken' | 'group'>;
+
 /** What `enqueue` returns: the job it created, or the live job that already had the key. */
 export interface EnqueuedJob {
   /** Job id. */

@@ -53,6 +53,7 @@ export interface QueueStatements {
   readonly claim: string;
   readonly claimLimited: string;
   readonly complete: string;
+  readonly completeUngrouped: string;
   readonly fail: string;
   readonly extend: string;
   readonly release: string;
@@ -157,6 +158,18 @@ export function queueStatements(
         RETURNING j.id, j.task, j.payload, j.attempts, j.key, j.last_error, j.created_at, j.progress, j.group_key
       )${archiveDone('done', 'done')}${slots('done')}
       SELECT (SELECT coalesce(array_agg(id::text), '{}') FROM done) AS ids, ${woke}`,
+    // As complete, for jobs without a group only (the worker's batches of ungrouped jobs): no group
+    // steps, so nothing to plan or run for them. Lock: FOR UPDATE (row lock of DELETE) on each job
+    // still running under its lease token, fenced the same way. A job's group is set at enqueue and
+    // never changes, so a claimed job with no group has no slot to give back.
+    completeUngrouped: `
+      WITH done AS (
+        DELETE FROM ${jobs} j
+         USING unnest($1::bigint[], $2::uuid[]) AS i(id, token)
+         WHERE j.id = i.id AND j.lease_token = i.token AND j.state = 'running'
+        RETURNING j.id, j.task, j.payload, j.attempts, j.key, j.last_error, j.created_at, j.progress
+      )${archiveDone('done', 'done')}
+      SELECT (SELECT coalesce(array_agg(id::text), '{}') FROM done) AS ids`,
     // Lock: FOR NO KEY UPDATE (row lock of an UPDATE that leaves keys alone) on each job still running
     // under its token. Fenced like complete. Retry at now() + explicit delay, or the job's backoff with
     // full jitter; dead once attempts are used up (or when final). Frees the group slots.

@@ -18,6 +18,7 @@ import type { Db, Queryable } from '../../tx/types.js';
 import { errorText } from './error-text.js';
 import { limitsDeclaration } from './group-limits.js';
 import {
+  type ClaimedLease,
   type EnqueuedJob,
   type Job,
   type JobLease,
@@ -656,14 +657,18 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
   /**
    * Completes jobs this queue's own claim returned (a worker's, on the pool): their ids and lease tokens
    * are well-formed by construction, so they are not checked again as a user's are in completeMany.
+   * When none of them has a group (`group: null`), the statement has no group steps.
    *
    * @example
    * const jobs = await queue.claim({ batch: 50 });
    * if (jobs.isOk()) await queue.completeClaimed(jobs.value);
    */
-  completeClaimed(jobs: readonly JobLease[]): ResultAsync<CompleteManyResult, DatabaseFailure> {
+  completeClaimed(jobs: readonly ClaimedLease[]): ResultAsync<CompleteManyResult, DatabaseFailure> {
     if (jobs.length === 0) return okAsync({ completed: [], lost: [], invalid: [] });
-    return runTuples<[string]>(this.pool, this.#sql.complete, leaseArrays(jobs)).map((res) => {
+    let grouped = false;
+    for (let i = 0; i < jobs.length && !grouped; i++) grouped = (jobs[i] as ClaimedLease).group !== null;
+    const text = grouped ? this.#sql.complete : this.#sql.completeUngrouped;
+    return runTuples<[string]>(this.pool, text, leaseArrays(jobs)).map((res) => {
       // The completed ids as one array literal of digits ('{1,2,3}'): when it holds as many ids as were
       // sent (the usual case), all of them were completed, and it need not be parsed.
       const ids = res.rows[0]?.[0] ?? '{}';

@@ -1,6 +1,6 @@
 import { err, ok, type Result } from 'neverthrow';
 import { type DatabaseFailure, DbError, LeaseLost } from '../../errors/errors.js';
-import type { JobLease } from './job.js';
+import type { ClaimedLease } from './job.js';
 import type { FailItem, FailResult, JobStore } from './job-store.js';
 
 /** Outcome of one settle: the job's fate, or why it could not be settled. */
@@ -48,7 +48,7 @@ export interface SettleBatcherOptions {
 export class SettleBatcher<C> {
   readonly #store: Pick<JobStore, 'completeClaimed' | 'failMany'>;
   readonly #options: SettleBatcherOptions;
-  #completions: Waiting<JobLease, 'completed', C>[] = [];
+  #completions: Waiting<ClaimedLease, 'completed', C>[] = [];
   #failures: Waiting<FailItem, FailResult, C>[] = [];
   #timer: ReturnType<typeof setTimeout> | undefined;
   #immediate: ReturnType<typeof setImmediate> | undefined;
@@ -60,7 +60,7 @@ export class SettleBatcher<C> {
   }
 
   /** Completes a job (batched); `then(outcome, context)` once written. */
-  complete(job: JobLease, context: C, then: Settled<'completed', C>): void {
+  complete(job: ClaimedLease, context: C, then: Settled<'completed', C>): void {
     this.#completions.push({ item: job, context, then });
     this.#schedule();
   }
@@ -114,11 +114,12 @@ export class SettleBatcher<C> {
     });
   }
 
-  async #writeCompletions(batch: Waiting<JobLease, 'completed', C>[]): Promise<void> {
-    let outcomes: (w: Waiting<JobLease, 'completed', C>) => SettleOutcome<'completed'>;
+  async #writeCompletions(batch: Waiting<ClaimedLease, 'completed', C>[]): Promise<void> {
+    let outcomes: (w: Waiting<ClaimedLease, 'completed', C>) => SettleOutcome<'completed'>;
     try {
-      const jobs = new Array<JobLease>(batch.length);
-      for (let i = 0; i < batch.length; i++) jobs[i] = (batch[i] as Waiting<JobLease, 'completed', C>).item;
+      const jobs = new Array<ClaimedLease>(batch.length);
+      for (let i = 0; i < batch.length; i++)
+        jobs[i] = (batch[i] as Waiting<ClaimedLease, 'completed', C>).item;
       const r = await this.#store.completeClaimed(jobs);
       if (r.isErr()) {
         const failure = err(r.error);
