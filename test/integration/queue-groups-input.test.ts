@@ -94,7 +94,7 @@ function counting(queue: Queue<typeof tasks>): pg.Pool {
 }
 
 describe('upgrade from version 2', () => {
-  it('a queue at version 2 with pending and running jobs migrates to 3; its jobs still run; groups work', async () => {
+  it('a queue at version 2 with pending and running jobs migrates to the newest version; its jobs still run; groups work', async () => {
     const schema = `q_gupgrade_${++seq}`;
     const s = pg.escapeIdentifier(schema);
     // The schema as version 2 left it (migrate() of the previous release).

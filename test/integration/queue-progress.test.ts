@@ -245,7 +245,7 @@ describe('ctx.progress', () => {
 });
 
 describe('upgrade', () => {
-  it('a version-2 queue with jobs in it migrates to 6; its jobs run and report progress', async () => {
+  it('a version-2 queue with jobs in it migrates to the newest version; its jobs run and report progress', async () => {
     const schema = `q_progress_upgrade`;
     const s = pg.escapeIdentifier(schema);
     // The schema as an older release left it: migrations 1 and 2 only, with jobs pending and running.
