@@ -448,3 +448,56 @@ describe('worker', () => {
     );
   });
 });
+
+describe('stop() and the statements its timers started', () => {
+  it('a reap under way when stop() is called holds stop() until it ends: once stop() resolves, no client of the pool is checked out', {
+    timeout: 30_000,
+  }, async () => {
+    // The worker's own pool (the README's setup), so that its clients alone are counted.
+    const own = new pg.Pool({ connectionString: url });
+    try {
+      const queue = new Queue({
+        pool: own,
+        txManager: new TxManager(own),
+        schema: `q_worker_${++seq}`,
+        tasks,
+      });
+      (await queue.migrate())._unsafeUnwrap();
+      // A running job of group g whose lease has expired: the reap frees g's slot, under g's row lock.
+      (await queue.enqueue(own, 'work', { n: 1 }, { group: 'g' }))._unsafeUnwrap();
+      expect((await queue.claim({ lease: '1m' }))._unsafeUnwrap()).toHaveLength(1);
+      await own.query(`UPDATE ${queue.schema}.jobs SET lease_expires_at = now() - interval '1 s'`);
+      // Another session holds g's row: the reap waits for it, holding one of the worker's clients.
+      const blocker = await pool.connect();
+      try {
+        await blocker.query('BEGIN');
+        await blocker.query(`SELECT 1 FROM ${queue.schema}.job_groups WHERE key = 'g' FOR UPDATE`);
+        const worker = queue.work({ work: () => {} }, { listen: false, reapInterval: 20, graceMs: 10_000 });
+        await eventually(async () => {
+          const r = await pool.query<{ n: number }>(
+            `SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%reaped%'`,
+          );
+          return r.rows[0]?.n === 1;
+        });
+        let checkedOutAtStop: number | undefined;
+        const stopping = worker.stop().then(() => {
+          checkedOutAtStop = own.totalCount - own.idleCount;
+        });
+        // The claim loop ends; the blocked reap keeps its client, and stop() waits for it.
+        await eventually(() => own.totalCount - own.idleCount === 1 && own.waitingCount === 0);
+        expect(checkedOutAtStop).toBeUndefined();
+        await blocker.query('COMMIT');
+        await stopping;
+        expect(checkedOutAtStop).toBe(0);
+        expect((await own.query(`SELECT state FROM ${queue.schema}.jobs`)).rows).toEqual([
+          { state: 'pending' },
+        ]);
+      } finally {
+        await blocker.query('ROLLBACK').catch(() => {});
+        blocker.release();
+      }
+    } finally {
+      await own.end();
+    }
+  });
+});

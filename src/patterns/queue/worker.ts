@@ -62,6 +62,8 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
   };
   readonly #timers: ReturnType<typeof setInterval>[] = [];
   #heartbeatTimer: ReturnType<typeof setInterval> | undefined;
+  /** Heartbeats, reaps and prunes the timers started and that have not ended: stop() waits for them. */
+  readonly #background = new Set<Promise<void>>();
   #unobserve: () => void = () => {};
   /** LISTEN connection failures since it last worked (a streak is logged once at error). */
   #listenFailures = 0;
@@ -191,13 +193,13 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
     // Ticks at lease/6, extending leases a third old: an extension is due at most half a lease in.
     const beat = Math.max(25, Math.floor(this.#leaseMs / 6));
     // The heartbeat goes on through a graceful stop (handlers still running); the other timers do not.
-    this.#heartbeatTimer = setInterval(() => void this.#heartbeat(), beat);
+    this.#heartbeatTimer = setInterval(() => this.#inBackground(this.#heartbeat()), beat);
     this.#heartbeatTimer.unref?.();
     if (this.#o.reapInterval > 0)
-      this.#timers.push(setInterval(() => void this.#reap(), this.#o.reapInterval));
+      this.#timers.push(setInterval(() => this.#inBackground(this.#reap()), this.#o.reapInterval));
     const retention = this.#o.retention;
     if (retention !== undefined)
-      this.#timers.push(setInterval(() => void this.#prune(retention), retention.every));
+      this.#timers.push(setInterval(() => this.#inBackground(this.#prune(retention)), retention.every));
     for (const t of this.#timers) t.unref?.();
   }
 
@@ -224,7 +226,10 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
   /**
    * Stops in two phases. 1: stop claiming, let running handlers finish (up to `graceMs`), write their
    * settles. 2: abort the handlers still running (their `signal`) and release their jobs back to
-   * pending without charging the attempt. Then close the LISTEN connection. Idempotent; always resolves.
+   * pending without charging the attempt. Then wait for a heartbeat, reap or prune already under way
+   * (up to `graceMs` more: one waiting for a pool client the user holds does not hold stop() forever),
+   * so that no statement of this worker holds a pool client once stop() has resolved, and close the
+   * LISTEN connection. Idempotent; always resolves.
    *
    * @example
    * await worker.stop();
@@ -270,8 +275,26 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
     } finally {
       clearInterval(this.#heartbeatTimer);
       this.#unobserve();
+      await this.#backgroundEnded(this.#o.graceMs);
       await this.#listener?.stop();
     }
+  }
+
+  /** Keeps a timer's task (which never rejects) until it ends, for stop() to wait for. */
+  #inBackground(task: Promise<void>): void {
+    this.#background.add(task);
+    void task.finally(() => this.#background.delete(task));
+  }
+
+  /** Resolves when the tasks under way have ended, or after `ms`. */
+  async #backgroundEnded(ms: number): Promise<void> {
+    if (this.#background.size === 0) return;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const timeout = new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, ms);
+    });
+    await Promise.race([Promise.all(this.#background), timeout]);
+    clearTimeout(timer);
   }
 
   /** Runs a user hook; one that throws is reported (phase 'hook') and does not break the worker. */
