@@ -32,3 +32,25 @@ export const claimLease = `SET state = 'running', attempts = j.attempts + 1, lea
  */
 export const claimLeasePerClaim = `SET state = 'running', attempts = j.attempts + 1, lease_token = (SELECT gen_random_uuid()),
          lease_expires_at = now() + lease_ms * interval '1 millisecond', updated_at = now()`;
+
+/**
+ * The opening of `claim_jobs` from migration 3 on (CREATE OR REPLACE): its signature and settings, the
+ * choice `c` and the UPDATE `up` that leases the chosen jobs with `lease` (its SET clause) and returns
+ * them, before the steps that count them in their groups.
+ */
+export function claimJobsOpening(lease: string): string {
+  return `CREATE OR REPLACE FUNCTION {{schema}}.claim_jobs(n integer, lease_ms double precision, tasks text[])
+  RETURNS SETOF {{schema}}.jobs
+  LANGUAGE sql VOLATILE
+  SET enable_sort = off
+AS $$
+  WITH ${claimChoose('{{schema}}')},
+  up AS (
+    UPDATE {{schema}}.jobs j
+       ${lease}
+      FROM c
+     WHERE j.id = c.id
+    RETURNING j.*
+  ),
+`;
+}

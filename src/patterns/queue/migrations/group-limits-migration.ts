@@ -1,4 +1,4 @@
-import { claimChoose, claimLease } from './claim-steps.js';
+import { claimJobsOpening, claimLease } from './claim-steps.js';
 
 /**
  * The parts of claim_jobs_limited's plpgsql body that its versions share (migrations 3 and 7): the
@@ -298,20 +298,7 @@ CREATE TABLE {{schema}}.task_rates (
 -- locked rows. Waiting for a group row here holds only job rows no other statement waits for (they
 -- were locked with SKIP LOCKED and are not running yet). With no grouped job claimed, the group steps
 -- find an empty key array: an index probe of nothing.
-CREATE OR REPLACE FUNCTION {{schema}}.claim_jobs(n integer, lease_ms double precision, tasks text[])
-  RETURNS SETOF {{schema}}.jobs
-  LANGUAGE sql VOLATILE
-  SET enable_sort = off
-AS $$
-  WITH ${claimChoose('{{schema}}')},
-  up AS (
-    UPDATE {{schema}}.jobs j
-       ${claimLease}
-      FROM c
-     WHERE j.id = c.id
-    RETURNING j.*
-  ),
-  gl AS MATERIALIZED (
+${claimJobsOpening(claimLease)}  gl AS MATERIALIZED (
     SELECT g.key FROM {{schema}}.job_groups g
      WHERE g.key = ANY(ARRAY(SELECT DISTINCT group_key FROM up WHERE group_key IS NOT NULL))
      ORDER BY g.key

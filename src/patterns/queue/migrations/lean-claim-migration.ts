@@ -1,4 +1,4 @@
-import { claimChoose, claimLease } from './claim-steps.js';
+import { claimJobsOpening, claimLease } from './claim-steps.js';
 import {
   limitedCandidates,
   limitedCutAndEnd,
@@ -15,20 +15,7 @@ import {
  * migration's SQL ('{{schema}}' is replaced before it runs).
  */
 export function leanClaimFunctions(lease: string): string {
-  return `CREATE OR REPLACE FUNCTION {{schema}}.claim_jobs(n integer, lease_ms double precision, tasks text[])
-  RETURNS SETOF {{schema}}.jobs
-  LANGUAGE sql VOLATILE
-  SET enable_sort = off
-AS $$
-  WITH ${claimChoose('{{schema}}')},
-  up AS (
-    UPDATE {{schema}}.jobs j
-       ${lease}
-      FROM c
-     WHERE j.id = c.id
-    RETURNING j.*
-  ),
-  claimed AS MATERIALIZED (
+  return `${claimJobsOpening(lease)}  claimed AS MATERIALIZED (
     SELECT group_key AS key, count(*)::int AS k FROM up WHERE group_key IS NOT NULL GROUP BY group_key
   ),
   gl AS MATERIALIZED (
