@@ -80,6 +80,11 @@ async function counters(schema: string) {
   return r.rows;
 }
 
+/** Asserts that every group's counter equals its running jobs. */
+async function countersTrue(schema: string) {
+  for (const c of await counters(schema)) expect(c.running).toBe(c.actual);
+}
+
 const GROUP_LIMITS = { a: 1, b: 1, c: 1, d: 1, wide: 3 };
 const JOBS_PER_GROUP = 24;
 
@@ -279,9 +284,7 @@ describe('counters stay true through every settle', () => {
         { groups: Array.from({ length: 12 }, (_, n) => (n % 3 === 0 ? null : `g${n % 2}`)) },
       )
     )._unsafeUnwrap();
-    const same = async () => {
-      for (const c of await counters(schema)) expect(c.running).toBe(c.actual);
-    };
+    const same = () => countersTrue(schema);
     const a = (await q.claim({ batch: 4 }))._unsafeUnwrap();
     const b = (await plain.claim({ batch: 4 }))._unsafeUnwrap();
     expect(b.some((j) => j.group !== null)).toBe(true);
@@ -325,9 +328,7 @@ describe("completeClaimed (the worker's batch completion)", () => {
     )._unsafeUnwrap();
     const jobs = (await q.claim({ batch: 6 }))._unsafeUnwrap();
     const byN = (n: number) => jobs.find((j) => (j.payload as { n: number }).n === n) as Job;
-    const same = async () => {
-      for (const c of await counters(schema)) expect(c.running).toBe(c.actual);
-    };
+    const same = () => countersTrue(schema);
     await same();
     // Ungrouped only: the lean statement.
     expect((await q.completeClaimed([byN(0), byN(1)]))._unsafeUnwrap().completed).toHaveLength(2);

@@ -86,6 +86,20 @@ export function queueStatements(
            INSERT INTO ${s}.jobs_archive (id, task, payload, state, attempts, key, last_error, created_at, progress)
            SELECT id, task, payload, '${state}', attempts, key, last_error, created_at, progress FROM ${from})`
       : '';
+  // Lock: FOR UPDATE (row lock of DELETE) on each job still running under its lease token. Fenced by
+  // id + lease_token + state: a settle whose lease was lost (reaped, re-claimed, cancelled) matches
+  // nothing and changes nothing. One statement for a whole batch (unnest). Done jobs are deleted (or
+  // moved to jobs_archive) so the hot table stays small. The ids come back in ONE row (a text[]): 500
+  // result rows cost the worker more to parse than the statement's own work. `grouped`: with the steps
+  // that give the group slots back (and the wake-up).
+  const completion = (grouped: boolean) => `
+      WITH done AS (
+        DELETE FROM ${jobs} j
+         USING unnest($1::bigint[], $2::uuid[]) AS i(id, token)
+         WHERE j.id = i.id AND j.lease_token = i.token AND j.state = 'running'
+        RETURNING j.id, j.task, j.payload, j.attempts, j.key, j.last_error, j.created_at, j.progress, j.group_key
+      )${archiveDone('done', 'done')}${grouped ? slots('done') : ''}
+      SELECT (SELECT coalesce(array_agg(id::text), '{}') FROM done) AS ids${grouped ? `, ${woke}` : ''}`;
   return {
     // Lock: ROW EXCLUSIVE on jobs (any INSERT). With a key, the partial unique index jobs_key is checked
     // by speculative insertion: a concurrent uncommitted insert of the same (task, key) makes this wait
@@ -150,26 +164,11 @@ export function queueStatements(
     // nothing and changes nothing. One statement for a whole batch (unnest). Done jobs are deleted (or
     // moved to jobs_archive) so the hot table stays small. The ids come back in ONE row (a text[]): 500
     // result rows cost the worker more to parse than the statement's own work.
-    complete: `
-      WITH done AS (
-        DELETE FROM ${jobs} j
-         USING unnest($1::bigint[], $2::uuid[]) AS i(id, token)
-         WHERE j.id = i.id AND j.lease_token = i.token AND j.state = 'running'
-        RETURNING j.id, j.task, j.payload, j.attempts, j.key, j.last_error, j.created_at, j.progress, j.group_key
-      )${archiveDone('done', 'done')}${slots('done')}
-      SELECT (SELECT coalesce(array_agg(id::text), '{}') FROM done) AS ids, ${woke}`,
+    complete: completion(true),
     // As complete, for jobs without a group only (the worker's batches of ungrouped jobs): no group
-    // steps, so nothing to plan or run for them. Lock: FOR UPDATE (row lock of DELETE) on each job
-    // still running under its lease token, fenced the same way. A job's group is set at enqueue and
-    // never changes, so a claimed job with no group has no slot to give back.
-    completeUngrouped: `
-      WITH done AS (
-        DELETE FROM ${jobs} j
-         USING unnest($1::bigint[], $2::uuid[]) AS i(id, token)
-         WHERE j.id = i.id AND j.lease_token = i.token AND j.state = 'running'
-        RETURNING j.id, j.task, j.payload, j.attempts, j.key, j.last_error, j.created_at, j.progress
-      )${archiveDone('done', 'done')}
-      SELECT (SELECT coalesce(array_agg(id::text), '{}') FROM done) AS ids`,
+    // steps, so nothing to plan or run for them. Same lock and fence. A job's group is set at enqueue
+    // and never changes, so a claimed job with no group has no slot to give back.
+    completeUngrouped: completion(false),
     // Lock: FOR NO KEY UPDATE (row lock of an UPDATE that leaves keys alone) on each job still running
     // under its token. Fenced like complete. Retry at now() + explicit delay, or the job's backoff with
     // full jitter; dead once attempts are used up (or when final). Frees the group slots.
