@@ -7,7 +7,12 @@ export interface TestDatabase {
   readonly url: string;
   /** Its name. */
   readonly name: string;
-  /** Drops it, cutting any connection still open to it. Idempotent. */
+  /**
+   * Drops it, cutting any connection still open to it. Idempotent. It first waits (at most 2 s) for
+   * the sessions that are already closing to leave: `pool.end()` resolves once its clients were told
+   * to end, before their sockets close, and a session cut at that moment would make the ending client
+   * emit 57P01 on a pool that no longer listens for errors.
+   */
   drop(): Promise<void>;
 }
 
@@ -28,6 +33,8 @@ const DEFAULT_TEMPLATE = 'pg_txkit_template';
 /** A fixed advisory key for template creation (a constant: stable across processes and versions). */
 const TEMPLATE_LOCK_KEY = '7309452155212718131';
 const NAME = /^[a-z_][a-z0-9_]{0,40}$/;
+/** How long drop() waits for closing sessions to leave before it terminates them. */
+const DROP_GRACE_MS = 2000;
 
 /** Replaces the database of a connection string. */
 export function withDatabase(url: string, database: string): string {
@@ -146,6 +153,16 @@ export async function createTestDatabase(
       if (dropped) return;
       dropped = true;
       await withClient(adminUrl, async (client) => {
+        // No lock: the sessions still connected to the database (ours is on the admin database).
+        for (const deadline = Date.now() + DROP_GRACE_MS; Date.now() < deadline; ) {
+          const { rows } = await client.query<{ n: number }>(
+            'SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1',
+            [name],
+          );
+          if ((rows[0]?.n ?? 0) === 0) break;
+          await new Promise((r) => setTimeout(r, 20));
+        }
+        // ACCESS EXCLUSIVE on the database object; FORCE terminates the sessions still connected.
         await client.query(`DROP DATABASE IF EXISTS ${client.escapeIdentifier(name)} WITH (FORCE)`);
       });
     },
