@@ -4,7 +4,8 @@
 //   best (localQueue 500, completeJobBatchDelay 0, failJobBatchDelay 0), pg-boss 10.4.2 (8 pollers ×
 //   batchSize 100), and a minimal hand-written SKIP LOCKED loop (the ceiling).
 // Reported per contender: median jobs/s with min–max, the median of its per-round ratio to
-// graphile-worker (same round), worker CPU per job (the two processes, user + system) and server CPU per
+// graphile-worker (same round), worker CPU per job (the two processes, user + system; over the whole run,
+// and warm: from each process's 5,000th job on, see child.mjs) and server CPU per
 // job (the PostgreSQL postmaster and its backends, from /proc, when the server is local). Then pg-txkit's
 // enqueue → handler start latency with LISTEN at 100 jobs/s (p50, p99), and pg-txkit defaults ÷ tuned
 // per round (median, min–max).
@@ -196,8 +197,19 @@ async function loadServerCpuReader(): Promise<ServerCpuReader> {
 
 interface RoundResult {
   readonly jobsPerSec: number;
+  /** The worker processes' CPU from 'go' to the end, per job: a fresh process's start included. */
   readonly workerCpuUsPerJob: number;
+  /** The same from each process's BENCH_WARM_JOBS-th job on (see child.mjs): the cost per job of a warm worker. */
+  readonly warmWorkerCpuUsPerJob: number;
   readonly serverCpuUsPerJob: number | undefined;
+}
+
+/** What a worker process reports at 'stop' (see child.mjs). */
+interface ChildCpu {
+  readonly cpuUs: number;
+  readonly jobs: number;
+  readonly warmCpuUs: number;
+  readonly warmJobs: number;
 }
 
 /** One burn-down: PROCESSES worker processes, timed from 'go' until the table holds no unfinished job. */
@@ -211,7 +223,7 @@ async function burnDown(
   const someLeft = await prepare(contender, url, pool);
   const children: ChildProcess[] = [];
   const exited: Promise<void>[] = [];
-  const cpu: Promise<number>[] = [];
+  const cpu: Promise<ChildCpu>[] = [];
   let stopped = false;
   const stopAll = () => {
     if (stopped) return;
@@ -240,10 +252,16 @@ async function burnDown(
       });
       cpu.push(
         new Promise((resolve) => {
-          child.on('message', (m: { cpuUs?: number }) => {
-            if (typeof m === 'object' && m !== null && typeof m.cpuUs === 'number') resolve(m.cpuUs);
+          child.on('message', (m: Partial<ChildCpu> | string) => {
+            if (typeof m === 'object' && m !== null && typeof m.cpuUs === 'number')
+              resolve({
+                cpuUs: m.cpuUs,
+                jobs: m.jobs ?? 0,
+                warmCpuUs: m.warmCpuUs ?? 0,
+                warmJobs: m.warmJobs ?? 0,
+              });
           });
-          child.once('exit', () => resolve(Number.NaN));
+          child.once('exit', () => resolve({ cpuUs: Number.NaN, jobs: 0, warmCpuUs: 0, warmJobs: 0 }));
         }),
       );
     }
@@ -262,10 +280,13 @@ async function burnDown(
     stopAll();
     // Not timed: vacuum this contender's tables now rather than during the next contender's run.
     await pool.query('VACUUM').catch(() => {});
-    const workerCpu = (await Promise.all(cpu)).reduce((a, b) => a + b, 0);
+    const cpus = await Promise.all(cpu);
+    const sum = (f: (c: ChildCpu) => number) => cpus.reduce((a, c) => a + f(c), 0);
+    const warmJobs = sum((c) => c.warmJobs);
     return {
       jobsPerSec: JOBS / seconds,
-      workerCpuUsPerJob: workerCpu / JOBS,
+      workerCpuUsPerJob: sum((c) => c.cpuUs) / JOBS,
+      warmWorkerCpuUsPerJob: warmJobs > 0 ? sum((c) => c.warmCpuUs) / warmJobs : Number.NaN,
       serverCpuUsPerJob:
         server0 === undefined || server1 === undefined ? undefined : (server1 - server0) / JOBS,
     };
@@ -382,7 +403,7 @@ export async function run({
     const latency = await latencyAt100PerSec(pool);
     const load1 = loadavg()[0] ?? 0;
     const lines = [
-      `| contender | jobs/s median (min–max) | vs graphile-worker, same round: median (min–max) | worker CPU µs/job | server CPU µs/job |`,
+      `| contender | jobs/s median (min–max) | vs graphile-worker, same round: median (min–max) | worker CPU µs/job: whole run / warm | server CPU µs/job |`,
       '|---|---:|---:|---:|---:|',
     ];
     const rows: { name: string; opsPerSec: number; ratio: number }[] = [];
@@ -395,7 +416,7 @@ export async function run({
       lines.push(
         `| ${c.name} | ${fmt(median(jps))} (${fmt(Math.min(...jps))}–${fmt(Math.max(...jps))}) | ` +
           `${fmt(ratio, 2)}× (${fmt(Math.min(...rt), 2)}–${fmt(Math.max(...rt), 2)}) | ` +
-          `${fmt(median(rs.map((r) => r.workerCpuUsPerJob)), 1)} | ` +
+          `${fmt(median(rs.map((r) => r.workerCpuUsPerJob)), 1)} / ${fmt(median(rs.map((r) => r.warmWorkerCpuUsPerJob)), 1)} | ` +
           `${fmt(median(rs.map((r) => r.serverCpuUsPerJob ?? Number.NaN)), 1)} |`,
       );
     }

@@ -1,11 +1,29 @@
 // Worker process for bench/queue.ts: one queue system in one configuration, `BENCH_CONCURRENCY` no-op
 // handlers. Protocol (IPC): sends 'ready' once set up; starts working on 'go'; on 'stop' sends
-// { cpuUs } (its own CPU time, user + system, since 'go'), stops and exits.
+// { cpuUs, jobs, warmCpuUs, warmJobs }: its own CPU time (user + system) since 'go' and the jobs its
+// handlers ran, and the same counted from its BENCH_WARM_JOBS-th job on (default 5,000), once the process
+// is warm: the JIT has compiled its hot paths, its pool is connected (each connection's SCRAM handshake
+// costs milliseconds of CPU) and its batch sizes have grown. A worker lives for hours, so the warm figure
+// is its cost per job; the first one also counts a fresh process's start. Then it stops and exits.
 // pg-txkit is loaded from the built package (dist/); run `npm run build` first.
 const { BENCH_SYSTEM: system, BENCH_URL: url, BENCH_CONFIG: config } = process.env;
 const concurrency = Number(process.env.BENCH_CONCURRENCY ?? 8);
+const warmAfter = Number(process.env.BENCH_WARM_JOBS ?? 5000);
 let stop = async () => {};
 let start = async () => {};
+/** Jobs the handlers ran since 'go', and the CPU time and job count when the warmAfter-th one ran. */
+let jobs = 0;
+let cpuAtWarm;
+let jobsAtWarm = 0;
+/** Counts `n` jobs run (called by every contender's handler). */
+const ran = (n) => {
+  const before = jobs;
+  jobs += n;
+  if (before < warmAfter && jobs >= warmAfter) {
+    cpuAtWarm = process.cpuUsage();
+    jobsAtWarm = jobs;
+  }
+};
 
 if (system === 'txkit') {
   const pg = (await import('pg')).default;
@@ -28,7 +46,7 @@ if (system === 'txkit') {
   let worker;
   start = async () => {
     worker = queue.work(
-      { noop: () => {} },
+      { noop: () => ran(1) },
       // defaults: nothing but the concurrency. tuned: the best fixed configuration found by hand
       // (claims of 500, a fixed local queue of 500, settles written at once).
       config === 'tuned'
@@ -49,7 +67,7 @@ if (system === 'txkit') {
       concurrency,
       noHandleSignals: true,
       pollInterval: 1000,
-      taskList: { noop: async () => {} },
+      taskList: { noop: async () => ran(1) },
       // Its best configuration: a local queue of 500 and batched completions/failures with no delay.
       // With named queues (queues-N), no local queue: in 0.17.3 a batch fetch can take several jobs of
       // one named queue and run them at once (graphile/worker#621), so its serial-per-queue guarantee
@@ -81,7 +99,9 @@ if (system === 'txkit') {
     // pg-boss 10 has no teamSize: `concurrency` pollers, each fetching a batch of 100 and completing it
     // in one call (its documented way to raise throughput), polling every 0.5 s (its minimum).
     for (let i = 0; i < concurrency; i++) {
-      await boss.work('noop', { batchSize: 100, pollingIntervalSeconds: 0.5 }, async () => {});
+      await boss.work('noop', { batchSize: 100, pollingIntervalSeconds: 0.5 }, async (batch) =>
+        ran(batch.length),
+      );
     }
   };
   stop = async () => {
@@ -106,9 +126,8 @@ if (system === 'txkit') {
         await new Promise((resolve) => setTimeout(resolve, 50));
         continue;
       }
-      for (const _row of claimed.rows) {
-        // no-op handler
-      }
+      // no-op handler
+      ran(claimed.rows.length);
       await pool.query('DELETE FROM bench_raw.jobs WHERE id = ANY($1::bigint[])', [
         claimed.rows.map((r) => r.id),
       ]);
@@ -149,7 +168,13 @@ process.on('message', async (message) => {
       const { profile } = await profiler.post('Profiler.stop');
       (await import('node:fs')).writeFileSync(process.env.BENCH_PROF, JSON.stringify(profile));
     }
-    process.send?.({ cpuUs: cpu.user + cpu.system });
+    const warm = cpuAtWarm === undefined ? undefined : process.cpuUsage(cpuAtWarm);
+    process.send?.({
+      cpuUs: cpu.user + cpu.system,
+      jobs,
+      warmCpuUs: warm === undefined ? 0 : warm.user + warm.system,
+      warmJobs: warm === undefined ? 0 : jobs - jobsAtWarm,
+    });
     void stop()
       .catch((e) => process.stderr.write(`stop failed: ${e}\n`))
       .finally(() => process.exit(0));

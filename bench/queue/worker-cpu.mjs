@@ -1,6 +1,7 @@
 // Worker CPU per job, focused: ONE worker process (bench/queue/child.mjs, concurrency 8) burns down a
 // pre-filled queue of N no-op jobs; reported per contender: its own CPU time (process.cpuUsage, user +
-// system, from 'go' to the empty table) per job, and the server's CPU per job (postmaster + backends,
+// system, from 'go' to the empty table) per job, the same from its 5,000th job on (warm: see child.mjs),
+// and the server's CPU per job (postmaster + backends,
 // from /proc). Contenders: pg-txkit with the worker's defaults (every safety feature on), and the bare
 // hand-written SKIP LOCKED loop measured in the same run as the floor. Rounds interleave (A B, B A, …);
 // medians with min–max. Less sensitive to a loaded machine than jobs/s.
@@ -87,7 +88,7 @@ async function burnDown(system) {
   await new Promise((resolve) => proc.once('message', resolve));
   const cpu = new Promise((resolve) =>
     proc.on('message', (m) => {
-      if (typeof m?.cpuUs === 'number') resolve(m.cpuUs);
+      if (typeof m?.cpuUs === 'number') resolve(m);
     }),
   );
   const s0 = serverCpu();
@@ -100,10 +101,15 @@ async function burnDown(system) {
   const seconds = (performance.now() - t0) / 1000;
   const s1 = serverCpu();
   proc.send('stop');
-  const cpuUs = await cpu;
+  const { cpuUs, warmCpuUs, warmJobs } = await cpu;
   await exited;
   await pool.query('VACUUM');
-  return { jobsPerSec: N / seconds, workerUs: cpuUs / N, serverUs: (s1 - s0) / N };
+  return {
+    jobsPerSec: N / seconds,
+    workerUs: cpuUs / N,
+    warmUs: warmJobs > 0 ? warmCpuUs / warmJobs : Number.NaN,
+    serverUs: (s1 - s0) / N,
+  };
 }
 
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
@@ -117,15 +123,15 @@ try {
       const r = await burnDown(system);
       results.get(system).push(r);
       process.stderr.write(
-        `round ${round + 1} ${system}: ${r.workerUs.toFixed(1)} µs/job worker, ${r.serverUs.toFixed(1)} server, ${Math.round(r.jobsPerSec)} jobs/s\n`,
+        `round ${round + 1} ${system}: ${r.workerUs.toFixed(1)} µs/job worker (warm ${r.warmUs.toFixed(1)}), ${r.serverUs.toFixed(1)} server, ${Math.round(r.jobsPerSec)} jobs/s\n`,
       );
     }
   }
   console.log(
     `${N} no-op jobs, 1 worker process × concurrency 8, ${ROUNDS} interleaved rounds, load ${load0.toFixed(2)} → ${loadavg()[0].toFixed(2)}`,
   );
-  console.log('| contender | worker CPU µs/job | server CPU µs/job | jobs/s |');
-  console.log('|---|---:|---:|---:|');
+  console.log('| contender | worker CPU µs/job | warm (from its 5,000th job) | server CPU µs/job | jobs/s |');
+  console.log('|---|---:|---:|---:|---:|');
   for (const [system, rs] of results) {
     const label = {
       txkit: 'pg-txkit, worker defaults',
@@ -133,7 +139,7 @@ try {
       raw: 'bare SKIP LOCKED loop',
     }[system];
     console.log(
-      `| ${label} | ${span(rs.map((r) => r.workerUs))} | ${span(rs.map((r) => r.serverUs))} | ${span(rs.map((r) => r.jobsPerSec))} |`,
+      `| ${label} | ${span(rs.map((r) => r.workerUs))} | ${span(rs.map((r) => r.warmUs))} | ${span(rs.map((r) => r.serverUs))} | ${span(rs.map((r) => r.jobsPerSec))} |`,
     );
   }
 } finally {
