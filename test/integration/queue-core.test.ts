@@ -245,6 +245,51 @@ describe('state transitions', () => {
     expect((await queue.complete(c!))._unsafeUnwrapErr().kind).toBe('LeaseLost');
   });
 
+  it("a claimed job's fields are the row's, at the edges of their ranges", async () => {
+    const queue = await freshQueue();
+    // The earliest instant PostgreSQL stores plus 1 ms, a pre-1970 instant, and one with milliseconds;
+    // the extreme priorities and attempt limits; a key and a group with commas in them.
+    const cases = [
+      { runAt: new Date(Date.UTC(-4713, 10, 24) + 1), priority: -2_147_483_648, maxAttempts: 1 },
+      { runAt: new Date(-1_501), priority: 2_147_483_647, maxAttempts: 1_000_000, key: 'a,b', group: 'g,1' },
+      { runAt: new Date(Date.now() - 123_457), priority: -1, maxAttempts: 7 },
+    ];
+    const enqueued: { id: string }[] = [];
+    for (const o of cases)
+      enqueued.push((await queue.enqueue(pool, 'email', { to: 'a@example.com' }, o))._unsafeUnwrap());
+    const claimed = (await queue.claim({ batch: 10 }))._unsafeUnwrap();
+    expect(claimed).toHaveLength(cases.length);
+    const { rows } = await pool.query<{
+      id: string;
+      lease_token: string;
+      lease_ms: number;
+      created_ms: number;
+    }>(
+      `SELECT id::text, lease_token::text, floor(extract(epoch FROM lease_expires_at) * 1000)::float8 AS lease_ms,
+              floor(extract(epoch FROM created_at) * 1000)::float8 AS created_ms
+         FROM ${queue.schema}.jobs`,
+    );
+    for (const [i, o] of cases.entries()) {
+      const job = claimed.find((j) => j.id === enqueued[i]?.id);
+      const r = rows.find((x) => x.id === job?.id);
+      expect(job).toMatchObject({
+        task: 'email',
+        payload: { to: 'a@example.com' },
+        priority: o.priority,
+        attempts: 1,
+        maxAttempts: o.maxAttempts,
+        key: o.key ?? null,
+        group: o.group ?? null,
+        lastError: null,
+        progress: null,
+        leaseToken: r?.lease_token,
+      });
+      expect(job?.runAt.getTime()).toBe(o.runAt.getTime());
+      expect(job?.leaseExpiresAt.getTime()).toBe(r?.lease_ms);
+      expect(job?.createdAt.getTime()).toBe(r?.created_ms);
+    }
+  });
+
   it('completeClaimed completes the jobs still leased and reports the others lost, each by id', async () => {
     const queue = await freshQueue();
     const ids = (

@@ -79,31 +79,49 @@ export interface EnqueuedJob {
 /**
  * A claimed job's row as the claim returns it, in column order (`rowMode: 'array'`), every value as the
  * server's text ({@link RAW_TEXT}): the job is built from it in one step, without pg's object per row
- * or its parser per column. Timestamps are epoch milliseconds; progress and traceContext are jsonb text.
+ * or its parser per column. `head` joins the numbers and the lease token with commas: id, priority,
+ * runAt ms, attempts, maxAttempts, leaseToken, leaseExpiresAt ms, createdAt ms (whole epoch
+ * milliseconds). progress and traceContext are jsonb text.
  */
 export type JobTuple = [
-  id: string,
+  head: string,
   task: string,
   payload: string,
-  priority: string,
-  runAtMs: string,
-  attempts: string,
-  maxAttempts: string,
   key: string | null,
   lastError: string | null,
-  leaseToken: string,
-  leaseExpiresAtMs: string,
-  createdAtMs: string,
   progress: string | null,
   groupKey: string | null,
   traceContext: string | null,
 ];
 
-/** A row of the limited claim: a job's tuple then its wait_ms (null), or (id NULL) the rate-limit wait row. */
-export type LimitedClaimTuple = [...JobTuple, waitMs: string | null] | [id: null, ...rest: (string | null)[]];
+/** A row of the limited claim: a job's tuple then its wait_ms (null), or (head NULL) the rate-limit wait row. */
+export type LimitedClaimTuple =
+  | [...JobTuple, waitMs: string | null]
+  | [head: null, ...rest: (string | null)[]];
+
+/** The place of wait_ms in a row of the limited claim: after the job's columns. */
+export const WAIT_MS = 8;
 
 /** Text as is: the type parsers of a query whose values {@link jobFromTuple} converts itself. */
 export const RAW_TEXT = { getTypeParser: () => (value: string) => value };
+
+/** '-' */
+const MINUS = 45;
+/** '0' */
+const ZERO = 48;
+
+/**
+ * The integer written in decimal in `s` from `from` to `to` (a sign, then digits), read without making a
+ * string of it. Exact for every integer a job holds (int4 columns, epoch milliseconds).
+ */
+function integerAt(s: string, from: number, to: number): number {
+  let i = from;
+  const negative = s.charCodeAt(i) === MINUS;
+  if (negative) i++;
+  let n = 0;
+  for (; i < to; i++) n = n * 10 + (s.charCodeAt(i) - ZERO);
+  return negative ? -n : n;
+}
 
 /**
  * Maps a claimed row (see {@link JobTuple}) to a {@link Job}.
@@ -113,21 +131,29 @@ export const RAW_TEXT = { getTypeParser: () => (value: string) => value };
  * const jobs = res.rows.map(jobFromTuple);
  */
 export function jobFromTuple(row: Readonly<[...JobTuple, ...unknown[]]>): Job {
+  const head = row[0];
+  const idEnd = head.indexOf(',');
+  const priorityEnd = head.indexOf(',', idEnd + 1);
+  const runAtEnd = head.indexOf(',', priorityEnd + 1);
+  const attemptsEnd = head.indexOf(',', runAtEnd + 1);
+  const maxAttemptsEnd = head.indexOf(',', attemptsEnd + 1);
+  const tokenEnd = head.indexOf(',', maxAttemptsEnd + 1);
+  const expiresEnd = head.indexOf(',', tokenEnd + 1);
   return {
-    id: row[0],
+    id: head.slice(0, idEnd),
     task: row[1],
     payload: JSON.parse(row[2]),
-    priority: Number(row[3]),
-    runAt: new Date(Number(row[4])),
-    attempts: Number(row[5]),
-    maxAttempts: Number(row[6]),
-    key: row[7],
-    lastError: row[8],
-    leaseToken: row[9],
-    leaseExpiresAt: new Date(Number(row[10])),
-    createdAt: new Date(Number(row[11])),
-    progress: row[12] === null ? null : JSON.parse(row[12]),
-    group: row[13],
-    traceContext: row[14] === null ? null : JSON.parse(row[14]),
+    priority: integerAt(head, idEnd + 1, priorityEnd),
+    runAt: new Date(integerAt(head, priorityEnd + 1, runAtEnd)),
+    attempts: integerAt(head, runAtEnd + 1, attemptsEnd),
+    maxAttempts: integerAt(head, attemptsEnd + 1, maxAttemptsEnd),
+    key: row[3],
+    lastError: row[4],
+    leaseToken: head.slice(maxAttemptsEnd + 1, tokenEnd),
+    leaseExpiresAt: new Date(integerAt(head, tokenEnd + 1, expiresEnd)),
+    createdAt: new Date(integerAt(head, expiresEnd + 1, head.length)),
+    progress: row[5] === null ? null : JSON.parse(row[5]),
+    group: row[6],
+    traceContext: row[7] === null ? null : JSON.parse(row[7]),
   };
 }

@@ -1,12 +1,18 @@
 import pg from 'pg';
 
 /**
- * The columns a claimed job returns. Timestamps come as epoch milliseconds (float8): parsing three
- * timestamptz texts per job was the largest single cost of a claim on the worker's CPU.
+ * The columns a claimed job returns. The first one, `head`, holds the job's fields that are numbers or a
+ * uuid, joined by commas: id, priority, run_at, attempts, max_attempts, lease_token, lease_expires_at and
+ * created_at, the timestamps as whole epoch milliseconds (floor). The worker reads it with indexOf and a
+ * digit loop (jobFromTuple): one string per job where eight columns were eight strings for the driver to
+ * decode, and no timestamptz text to parse (that was once the largest single cost of a claim on the
+ * worker's CPU). None of these columns is NULL in a claimed job (the claim sets the lease), so the
+ * positions never shift; a limited claim's wait row (no job) has a NULL head.
  */
-const epochMs = (column: string) => `(extract(epoch FROM ${column}) * 1000)::float8 AS ${column.slice(2)}_ms`;
-const JOB_COLUMNS = `j.id, j.task, j.payload, j.priority, ${epochMs('j.run_at')}, j.attempts, j.max_attempts, j.key,
-  j.last_error, j.lease_token, ${epochMs('j.lease_expires_at')}, ${epochMs('j.created_at')}, j.progress, j.group_key, j.trace_context`;
+const epochMs = (column: string) => `floor(extract(epoch FROM ${column}) * 1000)::bigint`;
+const JOB_COLUMNS = `nullif(concat_ws(',', j.id, j.priority, ${epochMs('j.run_at')}, j.attempts, j.max_attempts, j.lease_token,
+  ${epochMs('j.lease_expires_at')}, ${epochMs('j.created_at')}), '') AS head,
+  j.task, j.payload, j.key, j.last_error, j.progress, j.group_key, j.trace_context`;
 
 /** The ON CONFLICT target matching the partial unique index jobs_key. */
 const KEY_CONFLICT = `(task, key) WHERE key IS NOT NULL AND state IN ('pending', 'running')`;

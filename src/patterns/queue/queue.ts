@@ -27,6 +27,7 @@ import {
   jobFromTuple,
   type LimitedClaimTuple,
   RAW_TEXT,
+  WAIT_MS,
 } from './job.js';
 import type {
   ClaimedBatch,
@@ -242,9 +243,6 @@ function runTuples<R extends unknown[]>(
   const query = pool.query<R>({ text, values: [...values], rowMode: 'array', types: RAW_TEXT });
   return ResultAsync.fromPromise(query, dbError);
 }
-
-/** The place of wait_ms in a row of the limited claim: after the job's columns. */
-const WAIT_MS = 15;
 
 /** ',' */
 const COMMA = 44;
