@@ -26,6 +26,7 @@ import { loadavg } from 'node:os';
 import pg from 'pg';
 import { z } from 'zod';
 import { Queue, TxManager } from '../../dist/index.js';
+import { jobsFromClaim, RAW_TEXT } from '../../dist/patterns/queue/job.js';
 import { queueStatements } from '../../dist/patterns/queue/queue-sql.js';
 import { createTestDatabase, startPostgres } from '../../dist/testing/index.js';
 
@@ -110,16 +111,13 @@ async function run(design) {
     const pid = (await client.query('SELECT pg_backend_pid() AS pid')).rows[0].pid;
     // Each claimed job as [id, lease token].
     const claim = async (n) => {
-      if (design === 'queue') {
-        const r = await client.query(sql.claimLimited, [n, 30_000, ['noop'], limits]);
-        return r.rows
-          .filter((x) => x.head !== null)
-          .map((x) => x.head.split(','))
-          .map((f) => [f[0], f[5]]);
-      }
-      if (design === 'plain') {
-        const r = await client.query(sql.claim, [n, 30_000, ['noop']]);
-        return r.rows.map((x) => x.head.split(',')).map((f) => [f[0], f[5]]);
+      if (design !== 'prototype') {
+        const [text, values] =
+          design === 'queue'
+            ? [sql.claimLimited, [n, 30_000, ['noop'], limits]]
+            : [sql.claim, [n, 30_000, ['noop']]];
+        const r = await client.query({ text, values, rowMode: 'array', types: RAW_TEXT });
+        return jobsFromClaim(r.rows[0]).map((j) => [j.id, j.leaseToken]);
       }
       const r = await client.query('SELECT id, lease_token FROM q.claim_serial($1, $2, $3)', [
         n,

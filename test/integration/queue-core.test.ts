@@ -245,6 +245,31 @@ describe('state transitions', () => {
     expect((await queue.complete(c!))._unsafeUnwrapErr().kind).toBe('LeaseLost');
   });
 
+  it('task names, payloads, keys and groups with separators, quotes and non-ASCII text come back as enqueued, from both claims', async () => {
+    const task = 'we;ird, "task" \\ ✓ 😀';
+    const payload = { s: 'a;b,c"d\\e\n😀', a: [1, null, { x: ';' }], n: -1.5e-7 };
+    for (const limited of [false, true]) {
+      const queue = new Queue({
+        pool,
+        txManager: tm,
+        schema: `q_core_${++schemaSeq}`,
+        tasks: { [task]: z.object({ s: z.string(), a: z.array(z.unknown()), n: z.number() }) },
+        ...(limited ? { groups: { default: { concurrency: 1 } } } : {}),
+      });
+      (await queue.migrate())._unsafeUnwrap();
+      (await queue.enqueue(pool, task, payload, { key: 'k;"1",', group: 'g;😀,"x"' }))._unsafeUnwrap();
+      (await queue.enqueue(pool, task, { s: '', a: [], n: 0 }))._unsafeUnwrap();
+      const claimed = (await queue.claim({ batch: 10 }))._unsafeUnwrap();
+      // In enqueue order (a claim returns its jobs in no particular order).
+      claimed.sort((a, b) => Number(a.id) - Number(b.id));
+      expect(claimed.map((j) => [j.task, j.payload, j.key, j.group])).toEqual([
+        [task, payload, 'k;"1",', 'g;😀,"x"'],
+        [task, { s: '', a: [], n: 0 }, null, null],
+      ]);
+      expect((await queue.completeClaimed(claimed))._unsafeUnwrap().completed).toHaveLength(2);
+    }
+  });
+
   it("a claimed job's fields are the row's, at the edges of their ranges", async () => {
     const queue = await freshQueue();
     // The earliest instant PostgreSQL stores plus 1 ms, a pre-1970 instant, and one with milliseconds;

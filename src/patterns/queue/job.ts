@@ -77,32 +77,37 @@ export interface EnqueuedJob {
 }
 
 /**
- * A claimed job's row as the claim returns it, in column order (`rowMode: 'array'`), every value as the
- * server's text ({@link RAW_TEXT}): the job is built from it in one step, without pg's object per row
- * or its parser per column. `head` joins the numbers and the lease token with commas: id, priority,
- * runAt ms, attempts, maxAttempts, leaseToken, leaseExpiresAt ms, createdAt ms (whole epoch
- * milliseconds). progress and traceContext are jsonb text.
+ * What a claim returns: ONE row for the whole batch (`rowMode: 'array'`, every value as the server's
+ * text, {@link RAW_TEXT}), so the driver decodes four strings per claim, not a row of strings per job.
+ * - `heads`: each job's numbers and lease token joined by commas (id, priority, runAt ms, attempts,
+ *   maxAttempts, leaseToken, leaseExpiresAt ms, createdAt ms; whole epoch milliseconds), the jobs joined
+ *   by semicolons (neither can occur in a field);
+ * - `tasks`, `payloads`: JSON arrays of the task names and the payloads, in the same order;
+ * - `extras`: a JSON array holding, per job, null or [key, lastError, progress, group, traceContext]
+ *   (the fields that are usually NULL).
+ * All four are NULL when nothing was claimed. The limited claim adds `waitMs`: when the soonest full rate
+ * window that stopped it frees a place, or NULL.
  */
-export type JobTuple = [
-  head: string,
-  task: string,
-  payload: string,
-  key: string | null,
-  lastError: string | null,
-  progress: string | null,
-  groupKey: string | null,
-  traceContext: string | null,
+export type ClaimedRow = [
+  heads: string | null,
+  tasks: string | null,
+  payloads: string | null,
+  extras: string | null,
 ];
 
-/** A row of the limited claim: a job's tuple then its wait_ms (null), or (head NULL) the rate-limit wait row. */
-export type LimitedClaimTuple =
-  | [...JobTuple, waitMs: string | null]
-  | [head: null, ...rest: (string | null)[]];
+/** The row of the limited claim: {@link ClaimedRow} then wait_ms. */
+export type LimitedClaimedRow = [...ClaimedRow, waitMs: string | null];
 
-/** The place of wait_ms in a row of the limited claim: after the job's columns. */
-export const WAIT_MS = 8;
+/** A job's usually-NULL fields, as the claim's `extras` holds them. */
+type Extras = [
+  key: string | null,
+  lastError: string | null,
+  progress: unknown,
+  group: string | null,
+  traceContext: Readonly<Record<string, string>> | null,
+];
 
-/** Text as is: the type parsers of a query whose values {@link jobFromTuple} converts itself. */
+/** Text as is: the type parsers of a query whose values {@link jobsFromClaim} converts itself. */
 export const RAW_TEXT = { getTypeParser: () => (value: string) => value };
 
 /** '-' */
@@ -123,15 +128,8 @@ function integerAt(s: string, from: number, to: number): number {
   return negative ? -n : n;
 }
 
-/**
- * Maps a claimed row (see {@link JobTuple}) to a {@link Job}.
- *
- * @example
- * const res = await pool.query({ text: claimSql, values, rowMode: 'array', types: RAW_TEXT });
- * const jobs = res.rows.map(jobFromTuple);
- */
-export function jobFromTuple(row: Readonly<[...JobTuple, ...unknown[]]>): Job {
-  const head = row[0];
+/** One job from its head (see {@link ClaimedRow}), task, payload and extras. */
+function jobFrom(head: string, task: string, payload: unknown, extras: Extras | null): Job {
   const idEnd = head.indexOf(',');
   const priorityEnd = head.indexOf(',', idEnd + 1);
   const runAtEnd = head.indexOf(',', priorityEnd + 1);
@@ -141,19 +139,39 @@ export function jobFromTuple(row: Readonly<[...JobTuple, ...unknown[]]>): Job {
   const expiresEnd = head.indexOf(',', tokenEnd + 1);
   return {
     id: head.slice(0, idEnd),
-    task: row[1],
-    payload: JSON.parse(row[2]),
+    task,
+    payload,
     priority: integerAt(head, idEnd + 1, priorityEnd),
     runAt: new Date(integerAt(head, priorityEnd + 1, runAtEnd)),
     attempts: integerAt(head, runAtEnd + 1, attemptsEnd),
     maxAttempts: integerAt(head, attemptsEnd + 1, maxAttemptsEnd),
-    key: row[3],
-    lastError: row[4],
+    key: extras === null ? null : extras[0],
+    lastError: extras === null ? null : extras[1],
     leaseToken: head.slice(maxAttemptsEnd + 1, tokenEnd),
     leaseExpiresAt: new Date(integerAt(head, tokenEnd + 1, expiresEnd)),
     createdAt: new Date(integerAt(head, expiresEnd + 1, head.length)),
-    progress: row[5] === null ? null : JSON.parse(row[5]),
-    group: row[6],
-    traceContext: row[7] === null ? null : JSON.parse(row[7]),
+    progress: extras === null ? null : extras[2],
+    group: extras === null ? null : extras[3],
+    traceContext: extras === null ? null : extras[4],
   };
+}
+
+/**
+ * The jobs of a claim's row (see {@link ClaimedRow}); none when the claim took none.
+ *
+ * @example
+ * const res = await pool.query({ text: claimSql, values, rowMode: 'array', types: RAW_TEXT });
+ * const jobs = jobsFromClaim(res.rows[0]);
+ */
+export function jobsFromClaim(row: Readonly<ClaimedRow> | Readonly<LimitedClaimedRow> | undefined): Job[] {
+  if (row === undefined || row[0] === null) return [];
+  const heads = row[0].split(';');
+  // The claim's own JSON arrays, as built by its SELECT: one element per job, in the heads' order.
+  const tasks = JSON.parse(row[1] ?? '[]') as string[];
+  const payloads = JSON.parse(row[2] ?? '[]') as unknown[];
+  const extras = JSON.parse(row[3] ?? '[]') as (Extras | null)[];
+  const jobs = new Array<Job>(heads.length);
+  for (let i = 0; i < heads.length; i++)
+    jobs[i] = jobFrom(heads[i] as string, tasks[i] as string, payloads[i], extras[i] ?? null);
+  return jobs;
 }

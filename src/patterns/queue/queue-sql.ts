@@ -1,18 +1,24 @@
 import pg from 'pg';
 
 /**
- * The columns a claimed job returns. The first one, `head`, holds the job's fields that are numbers or a
- * uuid, joined by commas: id, priority, run_at, attempts, max_attempts, lease_token, lease_expires_at and
- * created_at, the timestamps as whole epoch milliseconds (floor). The worker reads it with indexOf and a
- * digit loop (jobFromTuple): one string per job where eight columns were eight strings for the driver to
- * decode, and no timestamptz text to parse (that was once the largest single cost of a claim on the
- * worker's CPU). None of these columns is NULL in a claimed job (the claim sets the lease), so the
- * positions never shift; a limited claim's wait row (no job) has a NULL head.
+ * What a claim returns: ONE row of aggregates over the claimed jobs (see `ClaimedRow` in job.ts), so the
+ * worker's driver decodes four strings per claim instead of a row of strings per job (a claim of 500
+ * jobs was 500 rows). `heads`: per job, the fields that are numbers or a uuid joined by commas (id,
+ * priority, run_at, attempts, max_attempts, lease_token, lease_expires_at, created_at; the timestamps
+ * as whole epoch milliseconds, floor), the jobs joined by semicolons; none of these columns is NULL in a
+ * claimed job (the claim sets the lease), so the positions never shift. `tasks` and `payloads`: JSON
+ * arrays. `extras`: per job, NULL or the JSON array of its usually-NULL fields. The aggregates read the
+ * function's rows in one pass, so their elements are in the same order. `filter`: a FILTER clause (the
+ * limited claim's wait row is not a job).
  */
 const epochMs = (column: string) => `floor(extract(epoch FROM ${column}) * 1000)::bigint`;
-const JOB_COLUMNS = `nullif(concat_ws(',', j.id, j.priority, ${epochMs('j.run_at')}, j.attempts, j.max_attempts, j.lease_token,
-  ${epochMs('j.lease_expires_at')}, ${epochMs('j.created_at')}), '') AS head,
-  j.task, j.payload, j.key, j.last_error, j.progress, j.group_key, j.trace_context`;
+const HEAD = `concat_ws(',', j.id, j.priority, ${epochMs('j.run_at')}, j.attempts, j.max_attempts, j.lease_token,
+  ${epochMs('j.lease_expires_at')}, ${epochMs('j.created_at')})`;
+const EXTRAS = `CASE WHEN j.key IS NOT NULL OR j.last_error IS NOT NULL OR j.progress IS NOT NULL OR j.group_key IS NOT NULL
+  OR j.trace_context IS NOT NULL THEN json_build_array(j.key, j.last_error, j.progress, j.group_key, j.trace_context) END`;
+const claimedAggregates = (filter: string) =>
+  `string_agg(${HEAD}, ';')${filter} AS heads, json_agg(j.task)${filter} AS tasks,
+  json_agg(j.payload)${filter} AS payloads, json_agg(${EXTRAS})${filter} AS extras`;
 
 /** The ON CONFLICT target matching the partial unique index jobs_key. */
 const KEY_CONFLICT = `(task, key) WHERE key IS NOT NULL AND state IN ('pending', 'running')`;
@@ -155,14 +161,15 @@ export function queueStatements(
     // statement; the lease (token + expiry) marks the job as taken afterwards.
     // Migration 3 makes it keep the group counters true (a grouped job it claims counts as running).
     claim: `
-      SELECT ${JOB_COLUMNS} FROM ${s}.claim_jobs($1::int, $2::float8, $3::text[]) AS j`,
+      SELECT ${claimedAggregates('')} FROM ${s}.claim_jobs($1::int, $2::float8, $3::text[]) AS j`,
     // The claim of a queue with limits (groups, task rates): the function claim_jobs_limited of migration
     // 3, one plpgsql call in this autocommit statement. Locks (explained there): FOR UPDATE SKIP LOCKED on
     // the candidate groups and rated tasks (their counters read on the newest version and held until the
     // statement ends), then FOR UPDATE SKIP LOCKED on the chosen jobs; it never waits for a lock. A row
-    // with a NULL id is not a job: its wait_ms says when a full rate window frees a place.
+    // with a NULL id is not a job: its wait_ms says when a full rate window frees a place (one per pass
+    // at most: the soonest counts).
     claimLimited: `
-      SELECT ${JOB_COLUMNS}, r.wait_ms
+      SELECT ${claimedAggregates(' FILTER (WHERE j.id IS NOT NULL)')}, min(r.wait_ms) AS wait_ms
         FROM ${s}.claim_jobs_limited($1::int, $2::float8, $3::text[], $4::jsonb) AS r
         CROSS JOIN LATERAL (SELECT (r.job).*) AS j`,
     // Lock: FOR UPDATE (row lock of DELETE) on each job still running under its lease token. Fenced by

@@ -19,15 +19,14 @@ import { errorText } from './error-text.js';
 import { limitsDeclaration } from './group-limits.js';
 import {
   type ClaimedLease,
+  type ClaimedRow,
   type EnqueuedJob,
   type Job,
   type JobLease,
   type JobState,
-  type JobTuple,
-  jobFromTuple,
-  type LimitedClaimTuple,
+  jobsFromClaim,
+  type LimitedClaimedRow,
   RAW_TEXT,
-  WAIT_MS,
 } from './job.js';
 import type {
   ClaimedBatch,
@@ -233,7 +232,7 @@ function run<R extends pg.QueryResultRow>(
 
 /**
  * As {@link run}, with the rows as arrays of the server's text (`rowMode: 'array'`, {@link RAW_TEXT}):
- * the caller converts the values itself (the claim's {@link jobFromTuple}).
+ * the caller converts the values itself (the claim's {@link jobsFromClaim}).
  */
 function runTuples<R extends unknown[]>(
   pool: pg.Pool,
@@ -594,23 +593,19 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
     const o = parsed.value;
     const params = [o.batch, o.lease ?? this.leaseMs, o.tasks ?? this.taskNames];
     if (this.#limits === undefined) {
-      return runTuples<JobTuple>(this.pool, this.#sql.claim, params).map((res) => ({
-        jobs: res.rows.map(jobFromTuple),
+      return runTuples<ClaimedRow>(this.pool, this.#sql.claim, params).map((res) => ({
+        jobs: jobsFromClaim(res.rows[0]),
         waitMs: undefined,
       }));
     }
     const limited = [...params, this.#limits];
-    return runTuples<LimitedClaimTuple>(this.pool, this.#sql.claimLimited, limited).map((res) => {
-      const jobs: Job[] = [];
-      let waitMs: number | undefined;
-      for (const row of res.rows) {
-        if (row[0] === null) {
-          const wait = row[WAIT_MS];
-          // One row per pass of the claim at most: the soonest wait counts.
-          if (wait !== null && wait !== undefined) waitMs = Math.min(waitMs ?? Infinity, Number(wait));
-        } else jobs.push(jobFromTuple(row));
-      }
-      return { jobs, waitMs };
+    return runTuples<LimitedClaimedRow>(this.pool, this.#sql.claimLimited, limited).map((res) => {
+      const row = res.rows[0];
+      const wait = row?.[4];
+      return {
+        jobs: jobsFromClaim(row),
+        waitMs: wait === null || wait === undefined ? undefined : Number(wait),
+      };
     });
   }
 
