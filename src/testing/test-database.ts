@@ -8,10 +8,11 @@ export interface TestDatabase {
   /** Its name. */
   readonly name: string;
   /**
-   * Drops it, cutting any connection still open to it. Idempotent. It first waits (at most 2 s) for
-   * the sessions that are already closing to leave: `pool.end()` resolves once its clients were told
-   * to end, before their sockets close, and a session cut at that moment would make the ending client
-   * emit 57P01 on a pool that no longer listens for errors.
+   * Drops it, cutting any connection still open to it. Idempotent. It first waits, at most 2 s, for the
+   * sessions still connected to leave, then terminates the rest: `pool.end()` resolves once its clients
+   * were told to end, before their sockets close, and a session cut at that moment would make the ending
+   * client emit 57P01 on a pool that no longer listens for errors. (A connection you leaked costs those
+   * 2 s, then is cut as before.)
    */
   drop(): Promise<void>;
 }
