@@ -21,7 +21,6 @@
 // claims that do not take the advisory locks (the plain claim of a queue that declares no limits, or an
 // older worker during a deploy) — those would have to take them too.
 // Run: npm run build && node bench/queue/serial-groups-prototype.mjs  (PGTXKIT_PROTO_ROUNDS, PGTXKIT_PROTO_GROUPS)
-import { readFileSync } from 'node:fs';
 import { loadavg } from 'node:os';
 import pg from 'pg';
 import { z } from 'zod';
@@ -29,6 +28,7 @@ import { Queue, TxManager } from '../../dist/index.js';
 import { jobsFromClaim, RAW_TEXT } from '../../dist/patterns/queue/job.js';
 import { queueStatements } from '../../dist/patterns/queue/queue-sql.js';
 import { createTestDatabase, startPostgres } from '../../dist/testing/index.js';
+import { backendCpuUs } from './server-cpu.mjs';
 
 const ROUNDS = Number(process.env.PGTXKIT_PROTO_ROUNDS ?? 3);
 const GROUPS = Number(process.env.PGTXKIT_PROTO_GROUPS ?? 1000);
@@ -80,13 +80,6 @@ const PROTOTYPE = `
       FROM pick p WHERE j.id = p.id
     RETURNING j.*;
   END $f$;`;
-
-/** user + system CPU of backend `pid`, in µs (from /proc: the server must be local). */
-function backendCpuUs(pid) {
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  return (Number(f[11]) + Number(f[12])) * 10_000;
-}
 
 async function run(design) {
   await pool.query('DROP SCHEMA IF EXISTS q CASCADE');

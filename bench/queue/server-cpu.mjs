@@ -1,5 +1,6 @@
 // CPU time of a local PostgreSQL server, from /proc: its postmaster (with its exited children) plus its
-// live backends. The one reader of every queue benchmark (bench/queue.ts and bench/queue/*.mjs).
+// live backends, or one backend alone. The one reader of every queue benchmark (bench/queue.ts and
+// bench/queue/*.mjs).
 import { readdirSync, readFileSync } from 'node:fs';
 
 /** The fields of /proc/<pid>/stat after the command name (state, ppid, …), or undefined if gone. */
@@ -10,6 +11,16 @@ function statFields(pid) {
   } catch {
     return undefined;
   }
+}
+
+/**
+ * The CPU µs (user + system) one backend has used so far, from /proc (the server must be local); `pid`
+ * is its `pg_backend_pid()`. For a benchmark that measures one connection's statements.
+ */
+export function backendCpuUs(pid) {
+  const f = statFields(pid);
+  if (f === undefined) throw new Error(`backend ${pid} is not in /proc: the server must run on this machine`);
+  return (Number(f[11]) + Number(f[12])) * 1e4; // USER_HZ 100
 }
 
 /**
