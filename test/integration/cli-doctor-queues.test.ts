@@ -23,7 +23,7 @@ describe('pg-txkit doctor: queue health', () => {
     const q = queues[0];
     expect(q).toMatchObject({
       schema: 'doc_q',
-      version: 8,
+      version: 9,
       pending: { count: 4, exact: true },
       ready: { count: 3, exact: true },
       running: { count: 2, exact: true },

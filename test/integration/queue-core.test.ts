@@ -39,10 +39,10 @@ describe('migrate', () => {
     );
     const results = await Promise.all(queues.map((q) => q.migrate()));
     const applied = results.map((r) => r._unsafeUnwrap().applied.length);
-    expect(applied.filter((n) => n > 0)).toEqual([8]);
-    expect(results.every((r) => r._unsafeUnwrap().version === 8)).toBe(true);
+    expect(applied.filter((n) => n > 0)).toEqual([9]);
+    expect(results.every((r) => r._unsafeUnwrap().version === 9)).toBe(true);
     const again = await queues[0]?.migrate();
-    expect(again?._unsafeUnwrap()).toEqual({ applied: [], version: 8 });
+    expect(again?._unsafeUnwrap()).toEqual({ applied: [], version: 9 });
   });
 });
 
@@ -410,6 +410,54 @@ describe('state transitions', () => {
     expect(claimed.map((j) => j.id)).not.toContain(late.id);
     expect((await queue.stats())._unsafeUnwrap()).toMatchObject({ pending: 1, ready: 0, running: 4 });
     (await queue.completeMany(claimed))._unsafeUnwrap();
+  });
+
+  it('a claim reads only the jobs it takes, never the whole table, whatever the backlog and its statistics', async () => {
+    // With 20,000 pending jobs and fresh statistics, the planner priced a join of the 500 locked ids on
+    // the primary key above a hash join over a sequential scan of the table, and the claim's UPDATE read
+    // every job. The counts are this transaction's own (pg_stat_xact_user_tables): exact, and not
+    // delayed like the cumulative statistics.
+    const queue = await freshQueue();
+    const limited = new Queue({
+      pool,
+      txManager: tm,
+      schema: `q_core_${++schemaSeq}`,
+      tasks,
+      groups: { default: { concurrency: 1 } },
+    });
+    (await limited.migrate())._unsafeUnwrap();
+    const payloads = Array.from({ length: 20_000 }, (_, i) => ({ to: `u${i}@example.com` }));
+    (await queue.enqueueMany(pool, 'email', payloads))._unsafeUnwrap();
+    const groups = payloads.map((_, i) => `g${i % 1000}`);
+    (await limited.enqueueMany(pool, 'email', payloads, { groups }))._unsafeUnwrap();
+    await pool.query(`ANALYZE ${queue.schema}.jobs, ${limited.schema}.jobs`);
+    const client = await pool.connect();
+    try {
+      const claims = [
+        {
+          schema: queue.schema,
+          sql: `SELECT count(*)::int AS n FROM ${queue.schema}.claim_jobs(500, 30000, ARRAY['email'])`,
+        },
+        {
+          schema: limited.schema,
+          sql: `SELECT count(*)::int AS n FROM ${limited.schema}.claim_jobs_limited(500, 30000, ARRAY['email'],
+                  '{"default": {"concurrency": 1}, "groups": {}, "tasks": {}}') WHERE (job).id IS NOT NULL`,
+        },
+      ];
+      for (const claim of claims) {
+        await client.query('BEGIN');
+        const claimed = await client.query<{ n: number }>(claim.sql);
+        const reads = await client.query<{ seq_scan: string; seq_tup_read: string }>(
+          `SELECT seq_scan, seq_tup_read FROM pg_stat_xact_user_tables WHERE relid = $1::regclass`,
+          [`${claim.schema}.jobs`],
+        );
+        await client.query('ROLLBACK');
+        expect(claimed.rows[0]?.n).toBe(500);
+        expect(reads.rows[0]).toEqual({ seq_scan: '0', seq_tup_read: '0' });
+      }
+    } finally {
+      client.release();
+    }
   });
 
   it('concurrent claimers never get the same job (SKIP LOCKED)', async () => {

@@ -264,8 +264,8 @@ describe('upgrade', () => {
       archive: true,
       backoff: { baseMs: 0, capMs: 0 },
     });
-    expect((await queue.migrate())._unsafeUnwrap()).toEqual({ applied: [3, 4, 5, 6, 7, 8], version: 8 });
-    expect((await queue.migrate())._unsafeUnwrap()).toEqual({ applied: [], version: 8 });
+    expect((await queue.migrate())._unsafeUnwrap()).toEqual({ applied: [3, 4, 5, 6, 7, 8, 9], version: 9 });
+    expect((await queue.migrate())._unsafeUnwrap()).toEqual({ applied: [], version: 9 });
     (await queue.reap())._unsafeUnwrap();
     const rec = ends();
     const worker = queue.work(

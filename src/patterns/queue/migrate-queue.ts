@@ -11,6 +11,7 @@ import { SpanKind } from '../../observability/span-kind.js';
 import { advisoryKey } from '../advisory/advisory-key.js';
 import { inClientTransaction } from './in-client-transaction.js';
 import { claimFunctionMigration } from './migrations/claim-function-migration.js';
+import { claimByTidMigration } from './migrations/claim-by-tid-migration.js';
 import { claimTokenMigration } from './migrations/claim-token-migration.js';
 import { groupLimitsMigration } from './migrations/group-limits-migration.js';
 import { jobControlMigration } from './migrations/job-control-migration.js';
@@ -55,6 +56,7 @@ const MIGRATIONS: readonly Migration[] = [
   jobControlMigration,
   leanClaimMigration,
   claimTokenMigration,
+  claimByTidMigration,
 ];
 
 /** Stable signed 64-bit advisory key for a schema's migrations (`advisoryKey`: sha-256, not hashtext). */

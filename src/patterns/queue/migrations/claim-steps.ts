@@ -1,14 +1,43 @@
 /**
+ * How a claim's UPDATE finds the rows its lock step locked. `'id'` (migrations 2 to 8): a join on the
+ * primary key, which the planner is free to plan, and did plan as a hash join over a sequential scan
+ * of the whole jobs table once the backlog passed about 25 times the claim's size (its cost model
+ * prices 500 cached index probes above one scan of 50,000 rows). `'tid'` (migration 9 on): the lock step
+ * returns each locked row's physical address (ctid) and the UPDATE fetches exactly those rows (a TID
+ * scan, the only plan). Safe because the rows are locked by this statement: a locked row version can be
+ * neither updated nor deleted by another transaction until this one ends, and VACUUM never moves a live
+ * row, so each address still names the row that was locked. (In READ COMMITTED a row updated after the
+ * statement's snapshot is locked on its newest version, and the ctid returned is that version's.)
+ */
+export type ClaimTarget = 'id' | 'tid';
+
+/** The UPDATE's FROM and WHERE that find the rows of the lock step `from` (see {@link ClaimTarget}). */
+export function claimedRows(from: string, by: ClaimTarget): string {
+  return by === 'id'
+    ? `FROM ${from}\n     WHERE j.id = ${from}.id`
+    : `WHERE j.ctid = ANY(ARRAY(SELECT tid FROM ${from}))`;
+}
+
+/**
+ * The ORDER BY of a claim function's result, from migration 9 on: its jobs in claim order. (The UPDATE
+ * returned them in the order it found them: by the join's probes of the lock step's rows, in claim
+ * order; by address, in the table's physical order.) `prefix`: the alias of the rows, with its dot.
+ */
+export function inClaimOrder(by: ClaimTarget, prefix: string): string {
+  return by === 'id' ? '' : ` ORDER BY ${prefix}priority, ${prefix}run_at, ${prefix}id`;
+}
+
+/**
  * The two steps every claim function shares (migrations 2 and 3): the choice of the first `n` ready
- * pending jobs of `tasks` in claim order with FOR UPDATE SKIP LOCKED (the CTE `c`), and the UPDATE that
- * leases them (`FROM c`). Inside a function body: `n`, `lease_ms` and `tasks` are its arguments.
+ * pending jobs of `tasks` in claim order with FOR UPDATE SKIP LOCKED (the CTE `c`, with `id` or `tid`
+ * per {@link ClaimTarget}), and the UPDATE that leases them. Inside a function body: `n`, `lease_ms` and `tasks` are its arguments.
  *
  * @example
  * const body = `WITH ${claimChoose('"jobs"')} UPDATE "jobs".jobs j ${claimLease} FROM c WHERE j.id = c.id RETURNING j.*`;
  */
-export function claimChoose(schema: string): string {
+export function claimChoose(schema: string, by: ClaimTarget = 'id'): string {
   return `c AS MATERIALIZED (
-    SELECT id FROM ${schema}.jobs
+    SELECT ${by === 'id' ? 'id' : 'ctid AS tid'} FROM ${schema}.jobs
      WHERE state = 'pending' AND run_at <= now() AND task = ANY(tasks)
      ORDER BY priority, run_at, id
      LIMIT n
@@ -36,20 +65,19 @@ export const claimLeasePerClaim = `SET state = 'running', attempts = j.attempts 
 /**
  * The opening of `claim_jobs` from migration 3 on (CREATE OR REPLACE): its signature and settings, the
  * choice `c` and the UPDATE `up` that leases the chosen jobs with `lease` (its SET clause) and returns
- * them, before the steps that count them in their groups.
+ * them, before the steps that count them in their groups; `by`: how the UPDATE finds the locked rows.
  */
-export function claimJobsOpening(lease: string): string {
+export function claimJobsOpening(lease: string, by: ClaimTarget = 'id'): string {
   return `CREATE OR REPLACE FUNCTION {{schema}}.claim_jobs(n integer, lease_ms double precision, tasks text[])
   RETURNS SETOF {{schema}}.jobs
   LANGUAGE sql VOLATILE
   SET enable_sort = off
 AS $$
-  WITH ${claimChoose('{{schema}}')},
+  WITH ${claimChoose('{{schema}}', by)},
   up AS (
     UPDATE {{schema}}.jobs j
        ${lease}
-      FROM c
-     WHERE j.id = c.id
+      ${claimedRows('c', by)}
     RETURNING j.*
   ),
 `;

@@ -1,4 +1,4 @@
-import { claimJobsOpening, claimLease } from './claim-steps.js';
+import { type ClaimTarget, claimedRows, claimJobsOpening, claimLease, inClaimOrder } from './claim-steps.js';
 
 /**
  * The parts of claim_jobs_limited's plpgsql body that its versions share (migrations 3 and 7): the
@@ -99,9 +99,12 @@ export const limitedCandidates = `  WITH head AS MATERIALIZED (
 
 /**
  * The steps of a pass of the limited claim that lock the chosen jobs and lease them (`locked`, `up`),
- * after the CTE `pick` (migrations 3, 7 and 8), with `lease` the SET clause of the UPDATE.
+ * after the CTE `pick` (migrations 3, 7, 8 and 9), with `lease` the SET clause of the UPDATE and `by` how it
+ * finds the locked rows.
  */
-export const limitedLeaseSteps = (lease: string) => `  locked AS MATERIALIZED (
+export const limitedLeaseSteps = (lease: string, by: ClaimTarget = 'id') =>
+  by === 'id'
+    ? `  locked AS MATERIALIZED (
     -- Lock: FOR UPDATE SKIP LOCKED on the chosen jobs, re-checked on their newest version: a job another
     -- claim took after this statement's snapshot is no longer pending and is not taken twice. Fewer
     -- jobs than chosen is fine: the counters grow by the jobs actually claimed.
@@ -116,6 +119,24 @@ export const limitedLeaseSteps = (lease: string) => `  locked AS MATERIALIZED (
      WHERE j.id = l.id
     RETURNING j.*
   ),
+`
+    : `  locked AS MATERIALIZED (
+    -- Lock: FOR UPDATE SKIP LOCKED on the chosen jobs, re-checked on their newest version: a job another
+    -- claim took after this statement's snapshot is no longer pending and is not taken twice. Fewer
+    -- jobs than chosen is fine: the counters grow by the jobs actually claimed. Primary-key probes (an
+    -- array of ids: never a join the planner could turn into a scan of the table); each locked row's
+    -- address goes to the UPDATE (see ClaimTarget in claim-steps.ts).
+    SELECT j.ctid AS tid FROM {{schema}}.jobs j
+     WHERE j.id = ANY(ARRAY(SELECT id FROM pick)) AND j.state = 'pending' AND j.run_at <= now()
+       FOR UPDATE SKIP LOCKED
+  ),
+  up AS (
+    -- The rows locked in 'locked' (no wait), fetched by address.
+    UPDATE {{schema}}.jobs j
+       ${lease}
+     ${claimedRows('locked', by)}
+    RETURNING j.*
+  ),
 `;
 
 /**
@@ -123,7 +144,7 @@ export const limitedLeaseSteps = (lease: string) => `  locked AS MATERIALIZED (
  * rated tasks' room under their locks, the jobs (leased with `lease`, the SET clause of the UPDATE), the
  * counters and rate logs, and the wait row.
  */
-export const limitedFullPass = (lease: string) => `  cgroups AS MATERIALIZED (
+export const limitedFullPass = (lease: string, by: ClaimTarget = 'id') => `  cgroups AS MATERIALIZED (
     -- The groups of the candidates, each with its first position in claim order. All of them, not the
     -- first n: a claim running at the same time has the same head window and locks its first groups;
     -- this one skips those and takes the next ones (see locked_groups).
@@ -194,7 +215,7 @@ export const limitedFullPass = (lease: string) => `  cgroups AS MATERIALIZED (
      ORDER BY c.pos
      LIMIT want
   ),
-${limitedLeaseSteps(lease)}  gu AS (
+${limitedLeaseSteps(lease, by)}  gu AS (
     -- Lock: the group rows locked above (no wait). The counter grows by this claim's jobs; the rate log
     -- keeps the claim times still in the window plus one per job (never more than the limit's length).
     UPDATE {{schema}}.job_groups g
@@ -230,7 +251,7 @@ ${limitedLeaseSteps(lease)}  gu AS (
        AND r.task IN (SELECT c.task FROM cand c)
        AND cardinality(r.rate_times) >= (limits->'tasks'->r.task->>'limit')::int
   )
-  SELECT u::{{schema}}.jobs, NULL::double precision FROM up u
+  ${by === 'id' ? 'SELECT u::{{schema}}.jobs, NULL::double precision FROM up u' : `(SELECT u::{{schema}}.jobs, NULL::double precision FROM up u${inClaimOrder(by, 'u.')})`}
   UNION ALL
   SELECT NULL::{{schema}}.jobs, greatest(0, extract(epoch FROM min(w.at) - now()) * 1000)::double precision
     FROM waits w HAVING min(w.at) IS NOT NULL;

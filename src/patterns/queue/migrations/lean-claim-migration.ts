@@ -1,4 +1,4 @@
-import { claimJobsOpening, claimLease } from './claim-steps.js';
+import { type ClaimTarget, claimJobsOpening, claimLease, inClaimOrder } from './claim-steps.js';
 import {
   limitedCandidates,
   limitedCutAndEnd,
@@ -11,11 +11,12 @@ import {
 
 /**
  * The two claim functions of migration 7 (and, with a token per claim, of migration 8): `claim_jobs`
- * and `claim_jobs_limited`, CREATE OR REPLACE, with `lease` the SET clause of their UPDATE. Inside a
- * migration's SQL ('{{schema}}' is replaced before it runs).
+ * and `claim_jobs_limited`, CREATE OR REPLACE, with `lease` the SET clause of their UPDATE and `by` how
+ * it finds the locked rows (by address from migration 9 on). Inside a migration's SQL ('{{schema}}' is
+ * replaced before it runs).
  */
-export function leanClaimFunctions(lease: string): string {
-  return `${claimJobsOpening(lease)}  claimed AS MATERIALIZED (
+export function leanClaimFunctions(lease: string, by: ClaimTarget = 'id'): string {
+  return `${claimJobsOpening(lease, by)}  claimed AS MATERIALIZED (
     SELECT group_key AS key, count(*)::int AS k FROM up WHERE group_key IS NOT NULL GROUP BY group_key
   ),
   gl AS MATERIALIZED (
@@ -31,7 +32,7 @@ export function leanClaimFunctions(lease: string): string {
     -- The counters of the rows locked in gl (no wait): they grow by the jobs claimed now.
     UPDATE {{schema}}.job_groups g SET running = g.running + c.k FROM claimed c WHERE g.key = c.key
   )
-  SELECT * FROM up
+  SELECT * FROM up${inClaimOrder(by, '')}
 $$;
 
 CREATE OR REPLACE FUNCTION {{schema}}.claim_jobs_limited(n integer, lease_ms double precision, tasks text[], limits jsonb)
@@ -84,17 +85,17 @@ ${limitedCandidates}  room AS MATERIALIZED (
      ORDER BY c.pos
      LIMIT want
   ),
-${limitedLeaseSteps(lease)}  gu AS (
+${limitedLeaseSteps(lease, by)}  gu AS (
     -- Lock: the group rows locked in 'room' (no wait): every claimed job's group is one of them.
     UPDATE {{schema}}.job_groups g SET running = g.running + d.k
       FROM (SELECT group_key, count(*)::int AS k FROM up WHERE group_key IS NOT NULL GROUP BY group_key) d
      WHERE g.key = d.group_key
   )
-  SELECT u::{{schema}}.jobs, NULL::double precision FROM up u;
+  SELECT u::{{schema}}.jobs, NULL::double precision FROM up u${inClaimOrder(by, 'u.')};
   ELSE
   -- The full path: rate windows of groups and tasks, and the wait row.
   RETURN QUERY
-${limitedCandidates}${limitedFullPass(lease)}  END IF;
+${limitedCandidates}${limitedFullPass(lease, by)}  END IF;
   GET DIAGNOSTICS k = ROW_COUNT;
   -- k counts the full path's wait row too (at most one per pass): pass 1 may ask for one job fewer.
   got := got + k;
