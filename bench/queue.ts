@@ -7,8 +7,8 @@
 // graphile-worker (same round), worker CPU per job (the two processes, user + system; over the whole run,
 // and warm: from each process's 5,000th job on, see child.mjs) and server CPU per
 // job (the PostgreSQL postmaster and its backends, from /proc, when the server is local). Then pg-txkit's
-// enqueue → handler start latency with LISTEN at 100 jobs/s (p50, p99), and pg-txkit defaults ÷ tuned
-// per round (median, min–max).
+// enqueue → handler start latency with LISTEN at 100 jobs/s (p50, p99; measured before the rounds, on a
+// server with nothing else to do), and pg-txkit defaults ÷ tuned per round (median, min–max).
 // Worker processes run bench/queue/child.mjs, which loads pg-txkit from dist/ (`npm run build` first).
 // Standalone: `npm run build && npm run build:bench && node dist-bench/bench/queue.js` (env:
 // PGTXKIT_BENCH_QUEUE_JOBS, PGTXKIT_BENCH_QUEUE_ROUNDS, PGTXKIT_BENCH_QUEUE_ONLY=txkit-defaults,graphile…).
@@ -375,6 +375,11 @@ export async function run({
     /** Each per-key-limit configuration ÷ the unlimited queue, per round. */
     const limitedVsUnlimited = new Map<string, number[]>();
     const load0 = loadavg()[0] ?? 0;
+    // Latency first, on a server with nothing else to do: after the rounds, autovacuum is still cleaning
+    // the hundreds of thousands of dead rows they left in every contender's tables, and that measured
+    // the machine's load instead of the queue (p99 27–38 ms there against 6–12 ms on the same build
+    // alone, or beside two busy CPU loops).
+    const latency = await latencyAt100PerSec(pool);
     const total = ROUNDS * contenders.length;
     for (let round = 0; round < ROUNDS; round++) {
       const inRound = new Map<string, number>();
@@ -400,7 +405,6 @@ export async function run({
       }
     }
     onProgress(total, total);
-    const latency = await latencyAt100PerSec(pool);
     const load1 = loadavg()[0] ?? 0;
     const lines = [
       `| contender | jobs/s median (min–max) | vs graphile-worker, same round: median (min–max) | worker CPU µs/job: whole run / warm | server CPU µs/job |`,

@@ -415,8 +415,8 @@ describe('state transitions', () => {
   it('a claim reads only the jobs it takes, never the whole table, whatever the backlog and its statistics', async () => {
     // With 20,000 pending jobs and fresh statistics, the planner priced a join of the 500 locked ids on
     // the primary key above a hash join over a sequential scan of the table, and the claim's UPDATE read
-    // every job. The counts are this transaction's own (pg_stat_xact_user_tables): exact, and not
-    // delayed like the cumulative statistics.
+    // every job. Each claim runs in a new connection: pg_stat_xact_user_tables shows the backend's counts
+    // not yet sent to the cumulative statistics, so in a new backend they are the claim's alone.
     const queue = await freshQueue();
     const limited = new Queue({
       pool,
@@ -431,20 +431,20 @@ describe('state transitions', () => {
     const groups = payloads.map((_, i) => `g${i % 1000}`);
     (await limited.enqueueMany(pool, 'email', payloads, { groups }))._unsafeUnwrap();
     await pool.query(`ANALYZE ${queue.schema}.jobs, ${limited.schema}.jobs`);
-    const client = await pool.connect();
-    try {
-      const claims = [
-        {
-          schema: queue.schema,
-          sql: `SELECT count(*)::int AS n FROM ${queue.schema}.claim_jobs(500, 30000, ARRAY['email'])`,
-        },
-        {
-          schema: limited.schema,
-          sql: `SELECT count(*)::int AS n FROM ${limited.schema}.claim_jobs_limited(500, 30000, ARRAY['email'],
-                  '{"default": {"concurrency": 1}, "groups": {}, "tasks": {}}') WHERE (job).id IS NOT NULL`,
-        },
-      ];
-      for (const claim of claims) {
+    const claims = [
+      {
+        schema: queue.schema,
+        sql: `SELECT count(*)::int AS n FROM ${queue.schema}.claim_jobs(500, 30000, ARRAY['email'])`,
+      },
+      {
+        schema: limited.schema,
+        sql: `SELECT count(*)::int AS n FROM ${limited.schema}.claim_jobs_limited(500, 30000, ARRAY['email'],
+                '{"default": {"concurrency": 1}, "groups": {}, "tasks": {}}') WHERE (job).id IS NOT NULL`,
+      },
+    ];
+    for (const claim of claims) {
+      const client = await queueClient(url);
+      try {
         await client.query('BEGIN');
         const claimed = await client.query<{ n: number }>(claim.sql);
         const reads = await client.query<{ seq_scan: string; seq_tup_read: string }>(
@@ -454,9 +454,9 @@ describe('state transitions', () => {
         await client.query('ROLLBACK');
         expect(claimed.rows[0]?.n).toBe(500);
         expect(reads.rows[0]).toEqual({ seq_scan: '0', seq_tup_read: '0' });
+      } finally {
+        await client.end();
       }
-    } finally {
-      client.release();
     }
   });
 
