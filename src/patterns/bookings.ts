@@ -16,7 +16,13 @@ import type { Db, Queryable } from '../tx/types.js';
 import { parseOptions } from './parse-options.js';
 import { runMigration } from './run-migration.js';
 import { checkInTransaction, runQuery } from './run-query.js';
-import { columnNameSchema, derivedName, quoteName, tableNameSchema } from './sql-identifier.js';
+import {
+  columnNameSchema,
+  columnValuesSchema,
+  derivedName,
+  quoteName,
+  tableNameSchema,
+} from './sql-identifier.js';
 
 /**
  * SQL for the signed 64-bit advisory key of a text: the first 8 bytes of its sha-256, big-endian — the
@@ -71,7 +77,7 @@ const bookSchema = z
     from: instant,
     to: instant,
     /** Other columns of the new booking row. */
-    values: z.record(columnNameSchema, z.unknown()).optional(),
+    values: columnValuesSchema.optional(),
   })
   .strict()
   .refine((p) => p.to.getTime() > p.from.getTime(), { message: '`to` must be after `from`', path: ['to'] });

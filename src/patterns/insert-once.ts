@@ -5,7 +5,7 @@ import { type DatabaseFailure, type InvalidOptions, SerializationFailure } from 
 import type { Db } from '../tx/types.js';
 import { invalid, parseOptions } from './parse-options.js';
 import { runQuery } from './run-query.js';
-import { columnNameSchema, quoteName, tableNameSchema } from './sql-identifier.js';
+import { columnNameSchema, columnValuesSchema, quoteName, tableNameSchema } from './sql-identifier.js';
 
 /** How many times insertOnce tries "insert, else read" when the conflicting row keeps vanishing. */
 const MAX_ROUNDS = 5;
@@ -17,9 +17,10 @@ export const conflictTargetSchema = z.union([
 ]);
 
 /** The values of a row to insert: column → value (values are always sent as parameters). */
-export const rowValuesSchema = z
-  .record(columnNameSchema, z.unknown())
-  .refine((v) => Object.keys(v).length > 0, 'at least one column is needed');
+export const rowValuesSchema = columnValuesSchema.refine(
+  (v) => Object.keys(v).length > 0,
+  'at least one column is needed',
+);
 
 const insertOnceOptionsSchema = z
   .object({

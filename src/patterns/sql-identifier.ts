@@ -13,6 +13,21 @@ export const columnNameSchema = z
   .string()
   .regex(PLAIN, 'must be a plain SQL identifier ([A-Za-z_][A-Za-z0-9_$]*)');
 
+/**
+ * zod schema of a row's values: column name → value (insertOnce, upsert, a booking's other columns). A
+ * column named `__proto__` is refused with its own message: zod leaves that key out when it copies the
+ * record, so its value would have been dropped without a word (found by test/property/patterns-bad-input.test.ts).
+ *
+ * @example
+ * columnValuesSchema.parse({ note: 'hi' }); // { note: 'hi' }
+ */
+export const columnValuesSchema = z
+  .unknown()
+  .refine((v) => typeof v !== 'object' || v === null || !Object.hasOwn(v, '__proto__'), {
+    message: 'a column named __proto__ cannot be passed in a JavaScript object (its value would be lost)',
+  })
+  .pipe(z.record(columnNameSchema, z.unknown()));
+
 /** zod schema of a table name, optionally schema-qualified (`billing.wallets`). */
 export const tableNameSchema = z.string().refine((s) => {
   const parts = s.split('.');

@@ -1,8 +1,8 @@
 /**
  * How a claim's UPDATE finds the rows its lock step locked. `'id'` (migrations 2 to 8): a join on the
  * primary key, which the planner is free to plan, and did plan as a hash join over a sequential scan
- * of the whole jobs table once the backlog passed about 25 times the claim's size (its cost model
- * prices 500 cached index probes above one scan of 50,000 rows). `'tid'` (migration 9 on): the lock step
+ * of the whole jobs table (for claims of 500, with any backlog up to 100,000 jobs; its cost model prices
+ * 500 cached index probes above one scan of 100,000 rows). `'tid'` (migration 9 on): the lock step
  * returns each locked row's physical address (ctid) and the UPDATE fetches exactly those rows (a TID
  * scan, the only plan). Safe because the rows are locked by this statement: a locked row version can be
  * neither updated nor deleted by another transaction until this one ends, and VACUUM never moves a live
@@ -30,7 +30,8 @@ export function inClaimOrder(by: ClaimTarget, prefix: string): string {
 /**
  * The two steps every claim function shares (migrations 2 and 3): the choice of the first `n` ready
  * pending jobs of `tasks` in claim order with FOR UPDATE SKIP LOCKED (the CTE `c`, with `id` or `tid`
- * per {@link ClaimTarget}), and the UPDATE that leases them. Inside a function body: `n`, `lease_ms` and `tasks` are its arguments.
+ * per {@link ClaimTarget}), and the UPDATE that leases them. Inside a function body: `n`, `lease_ms`
+ * and `tasks` are its arguments.
  *
  * @example
  * const body = `WITH ${claimChoose('"jobs"')} UPDATE "jobs".jobs j ${claimLease} FROM c WHERE j.id = c.id RETURNING j.*`;
