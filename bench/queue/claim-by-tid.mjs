@@ -12,12 +12,10 @@
 // Run: npm run build && node bench/queue/claim-by-tid.mjs  (PGTXKIT_TID_ROUNDS, PGTXKIT_TID_JOBS)
 import { loadavg } from 'node:os';
 import pg from 'pg';
-import { z } from 'zod';
-import { Queue, TxManager } from '../../dist/index.js';
 import { jobsFromClaim, RAW_TEXT } from '../../dist/patterns/queue/job.js';
 import { claimTokenMigration } from '../../dist/patterns/queue/migrations/claim-token-migration.js';
-import { queueStatements } from '../../dist/patterns/queue/queue-sql.js';
 import { createTestDatabase, startPostgres } from '../../dist/testing/index.js';
+import { filledQueue } from './filled-queue.mjs';
 import { backendCpuUs } from './server-cpu.mjs';
 
 const ROUNDS = Number(process.env.PGTXKIT_TID_ROUNDS ?? 3);
@@ -45,21 +43,11 @@ async function seqTupRead(client) {
 }
 
 async function round(design) {
-  await pool.query('DROP SCHEMA IF EXISTS q CASCADE');
-  const queue = new Queue({
-    pool,
-    txManager: new TxManager(pool),
-    schema: 'q',
-    tasks: { noop: z.object({}) },
+  const byId = claimTokenMigration.sql.replaceAll('{{schema}}', '"q"');
+  const { statements: s } = await filledQueue(pool, {
+    jobs: JOBS,
+    sql: design === 'by id' ? byId : undefined,
   });
-  (await queue.migrate())._unsafeUnwrap();
-  if (design === 'by id') await pool.query(claimTokenMigration.sql.replaceAll('{{schema}}', '"q"'));
-  for (let done = 0; done < JOBS; done += 10_000) {
-    const chunk = Array.from({ length: Math.min(10_000, JOBS - done) }, () => ({}));
-    (await queue.enqueueMany(pool, 'noop', chunk))._unsafeUnwrap();
-  }
-  await pool.query('VACUUM ANALYZE q.jobs');
-  const s = queueStatements('q', { archive: false, channel: 'q_jobs', cancelChannel: 'q_jobs_cancel' });
   const client = await pool.connect();
   try {
     const pid = (await client.query('SELECT pg_backend_pid() AS pid')).rows[0].pid;

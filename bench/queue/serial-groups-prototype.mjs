@@ -23,11 +23,9 @@
 // Run: npm run build && node bench/queue/serial-groups-prototype.mjs  (PGTXKIT_PROTO_ROUNDS, PGTXKIT_PROTO_GROUPS)
 import { loadavg } from 'node:os';
 import pg from 'pg';
-import { z } from 'zod';
-import { Queue, TxManager } from '../../dist/index.js';
 import { jobsFromClaim, RAW_TEXT } from '../../dist/patterns/queue/job.js';
-import { queueStatements } from '../../dist/patterns/queue/queue-sql.js';
 import { createTestDatabase, startPostgres } from '../../dist/testing/index.js';
+import { filledQueue } from './filled-queue.mjs';
 import { backendCpuUs } from './server-cpu.mjs';
 
 const ROUNDS = Number(process.env.PGTXKIT_PROTO_ROUNDS ?? 3);
@@ -82,22 +80,11 @@ const PROTOTYPE = `
   END $f$;`;
 
 async function run(design) {
-  await pool.query('DROP SCHEMA IF EXISTS q CASCADE');
-  const queue = new Queue({
-    pool,
-    txManager: new TxManager(pool),
-    schema: 'q',
-    tasks: { noop: z.object({}) },
+  const { statements: sql } = await filledQueue(pool, {
+    jobs: JOBS,
+    groups: design === 'plain' ? 0 : GROUPS,
+    sql: design === 'prototype' ? PROTOTYPE : undefined,
   });
-  (await queue.migrate())._unsafeUnwrap();
-  if (design === 'prototype') await pool.query(PROTOTYPE);
-  for (let c = 0; c < JOBS / 10_000; c++) {
-    const chunk = Array.from({ length: 10_000 }, () => ({}));
-    const groups = chunk.map((_, i) => `g${(c * 10_000 + i) % GROUPS}`);
-    (await queue.enqueueMany(pool, 'noop', chunk, design === 'plain' ? {} : { groups }))._unsafeUnwrap();
-  }
-  await pool.query('VACUUM ANALYZE q.jobs');
-  const sql = queueStatements('q', { archive: false, channel: 'q_jobs', cancelChannel: 'q_jobs_cancel' });
   const limits = JSON.stringify({ default: { concurrency: 1 }, groups: {}, tasks: {} });
   const client = await pool.connect();
   try {
