@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { limitsDeclaration } from '../../src/patterns/queue/group-limits.js';
+import { limitsDeclaration, ratesDeclared } from '../../src/patterns/queue/group-limits.js';
 import { parseOptions, queueOptionsSchema } from '../../src/patterns/queue/queue-options.js';
 
 const base = { pool: { connect() {}, query() {} }, txManager: { do() {} }, tasks: {} };
@@ -29,5 +29,16 @@ describe('limitsDeclaration', () => {
         'InvalidOptions',
       );
     }
+  });
+});
+
+describe('ratesDeclared (a completion takes group slots over only without rates)', () => {
+  it("is false for concurrency limits alone, true for any rate: a group's, the default's or a task's", () => {
+    const rate = { limit: 1, per: 1000 };
+    expect(ratesDeclared(undefined, undefined)).toBe(false);
+    expect(ratesDeclared({ default: { concurrency: 1 }, big: { concurrency: 8 } }, {})).toBe(false);
+    expect(ratesDeclared({ default: { concurrency: 1, rate } }, undefined)).toBe(true);
+    expect(ratesDeclared({ default: { concurrency: 1 }, big: { rate } }, undefined)).toBe(true);
+    expect(ratesDeclared({ default: { concurrency: 1 } }, { email: rate })).toBe(true);
   });
 });

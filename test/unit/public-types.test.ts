@@ -18,6 +18,7 @@ import {
   type SessionLock,
   type safeDdl,
   singleRun,
+  type TakeNextOptions,
   type TxManager,
   type updateWhere,
   withAdvisoryLock,
@@ -116,6 +117,10 @@ describe('queue payload types come from the task schemas', () => {
       expectTypeOf<ErrKinds<ReturnType<typeof queue.complete>>>().toEqualTypeOf<
         'LeaseLost' | 'InvalidOptions' | DbKinds
       >();
+      expectTypeOf<ErrKinds<ReturnType<typeof queue.completeAndTakeNext>>>().toEqualTypeOf<
+        'InvalidOptions' | DbKinds
+      >();
+      expectTypeOf(queue.completeAndTakeNext).parameter(1).toEqualTypeOf<TakeNextOptions | undefined>();
     }));
 });
 

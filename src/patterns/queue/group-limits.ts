@@ -35,3 +35,20 @@ export function limitsDeclaration(
     tasks: Object.fromEntries(tasks.map(([task, r]) => [task, rateJson(r)])),
   });
 }
+
+/**
+ * Whether any limit declared is a rate (a group's `rate`, the default's, or a task rate). A settle that
+ * takes a group's next jobs over (`completeAndTakeNext`) does not log claim times, so it is used only
+ * when none is: with concurrency limits alone.
+ *
+ * @example
+ * ratesDeclared({ default: { concurrency: 1 } }, undefined); // false
+ */
+export function ratesDeclared(
+  groups: Readonly<Record<string, GroupLimits>> | undefined,
+  taskRates: Readonly<Record<string, Rate>> | undefined,
+): boolean {
+  return (
+    Object.keys(taskRates ?? {}).length > 0 || Object.values(groups ?? {}).some((l) => l.rate !== undefined)
+  );
+}

@@ -5,6 +5,7 @@ export {
   type CancelResult,
   type ClaimedBatch,
   type ClaimOptions,
+  type CompleteAndTakeNextResult,
   type CompleteManyResult,
   type EnqueueError,
   type EnqueueManyOptions,
@@ -28,6 +29,7 @@ export {
   type ReapResult,
   type RedriveOptions,
   type SettleError,
+  type TakeNextOptions,
   type TaskMap,
 } from './queue.js';
 export type { BoundedCount, QueueMetrics } from './queue-health.js';

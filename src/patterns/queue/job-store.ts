@@ -52,6 +52,12 @@ export interface CompleteManyResult {
   readonly invalid: InvalidLease[];
 }
 
+/** The outcome of a batch completion that took over its groups' next jobs (`completeAndTakeNext`). */
+export interface CompleteAndTakeNextResult extends CompleteManyResult {
+  /** The jobs taken over, each leased to the caller as a claim leases it: run them like claimed jobs. */
+  readonly next: Job[];
+}
+
 /** What one claim statement returned (`JobStore.claimBatch`). */
 export interface ClaimedBatch {
   /** The jobs claimed, each with a fresh lease. */
@@ -121,6 +127,14 @@ export interface JobStore {
   completeMany(jobs: readonly JobLease[]): ResultAsync<CompleteManyResult, DatabaseFailure>;
   /** As completeMany, for jobs this store's own claim returned (their leases are not checked again). */
   completeClaimed(jobs: readonly ClaimedLease[]): ResultAsync<CompleteManyResult, DatabaseFailure>;
+  /**
+   * As completeClaimed, and takes over the group slots it frees: the groups' next ready jobs of `tasks`,
+   * leased for `lease` ms (none when the queue's limits are not concurrency only).
+   */
+  completeAndTakeNext(
+    jobs: readonly ClaimedLease[],
+    options: { lease: number; tasks: string[] },
+  ): ResultAsync<CompleteAndTakeNextResult, InvalidOptions | DatabaseFailure>;
   /** Records many failed attempts in one fenced statement. */
   failMany(items: readonly FailItem[]): ResultAsync<Map<string, FailResult>, DatabaseFailure>;
   /** Extends many leases in one fenced statement (heartbeat). */

@@ -163,6 +163,9 @@ export const claimOptionsSchema = z.strictObject({
   tasks: z.array(taskName).min(1).optional(),
 });
 
+/** Options of `completeAndTakeNext`: the lease and tasks of the jobs it takes over, as a claim's. */
+export const takeNextOptionsSchema = claimOptionsSchema.omit({ batch: true });
+
 /** Options of `fail`. */
 export const failOptionsSchema = z.strictObject({
   /** Retry after exactly this long instead of the job's backoff. */

@@ -1,4 +1,5 @@
 import pg from 'pg';
+import { claimLeasePerClaim } from './migrations/claim-steps.js';
 
 /**
  * What a claim returns: ONE row of aggregates over the claimed jobs (see `ClaimedRow` in job.ts), so the
@@ -24,21 +25,20 @@ const claimedAggregates = (filter: string) =>
 const KEY_CONFLICT = `(task, key) WHERE key IS NOT NULL AND state IN ('pending', 'running')`;
 
 /**
- * The CTEs that give back the group slots of the jobs a settle statement took out of 'running' (`from`:
- * a relation with a `group_key` column holding exactly those jobs), and wake the workers when a group
- * that had a slot freed has ready jobs: with its slots full, the other workers were waiting for this.
- * Lock: FOR UPDATE on those groups IN KEY ORDER (every statement that locks several groups sorts them:
- * two settles sharing groups never deadlock; a claim never waits for a group, it skips it), then the
- * counter UPDATE on the locked rows. They come after the statement's job-row locks. With no grouped job
- * the key array is empty: nothing is read. The main query must read `slot_wake` (a plain SELECT in
- * WITH runs only when read). The NOTIFY is delivered at COMMIT.
+ * The CTEs that give back the group slots of the jobs a settle statement took out of 'running' (`counts`:
+ * a relation with one row per group, `group_key` and `k`, the number of its slots to give back), and
+ * wake the workers when a group that had a slot freed has ready jobs: with its slots full, the other
+ * workers were waiting for this. Lock: FOR UPDATE on those groups IN KEY ORDER (every statement that
+ * locks several groups sorts them: two settles sharing groups never deadlock; a claim never waits for a
+ * group, it skips it), then the counter UPDATE on the locked rows. They come after the statement's
+ * job-row locks. With no slot to give back the key array is empty: nothing is read. The main query must
+ * read `slot_wake` (a plain SELECT in WITH runs only when read). The NOTIFY is delivered at COMMIT.
  */
-function freeSlots(groups: string, jobs: string, channel: string, from: string): string {
+function freeSlots(groups: string, jobs: string, channel: string, counts: string): string {
   return `,
       slot_locks AS MATERIALIZED (
         SELECT g.key, d.k FROM ${groups} g
-          JOIN (SELECT f.group_key, count(*)::int AS k FROM ${from} f WHERE f.group_key IS NOT NULL GROUP BY f.group_key) d
-            ON g.key = d.group_key
+          JOIN ${counts} d ON g.key = d.group_key
          ORDER BY g.key
          FOR UPDATE OF g
       ),
@@ -55,6 +55,10 @@ function freeSlots(groups: string, jobs: string, channel: string, from: string):
       )`;
 }
 
+/** The slots to give back for the jobs of `from` (a relation with a `group_key` column): one per grouped job. */
+const perGroup = (from: string) =>
+  `(SELECT f.group_key, count(*)::int AS k FROM ${from} f WHERE f.group_key IS NOT NULL GROUP BY f.group_key)`;
+
 /**
  * Every statement the queue sends, built once per schema (identifiers quoted with escapeIdentifier;
  * all values are parameters). Each one says which locks it takes and why.
@@ -66,6 +70,7 @@ export interface QueueStatements {
   readonly claimLimited: string;
   readonly complete: string;
   readonly completeUngrouped: string;
+  readonly completeTakeNext: string;
   readonly fail: string;
   readonly extend: string;
   readonly release: string;
@@ -89,7 +94,7 @@ export function queueStatements(
   const s = pg.escapeIdentifier(schema);
   const jobs = `${s}.jobs`;
   const channel = pg.escapeLiteral(options.channel);
-  const slots = (from: string) => freeSlots(`${s}.job_groups`, jobs, channel, from);
+  const slots = (from: string) => freeSlots(`${s}.job_groups`, jobs, channel, perGroup(from));
   /** Reads slot_wake once, so the NOTIFY step runs. */
   const woke = '(SELECT count(*) FROM slot_wake) AS woke';
   const archiveDone = (state: 'done' | 'cancelled', from: string) =>
@@ -182,6 +187,69 @@ export function queueStatements(
     // steps, so nothing to plan or run for them. Same lock and fence. A job's group is set at enqueue
     // and never changes, so a claimed job with no group has no slot to give back.
     completeUngrouped: completion(false),
+    // The worker's completion of a batch with grouped jobs on a queue whose limits are concurrency only
+    // ($5, the claim's declaration): as complete, and for each group that had k jobs completed it TAKES
+    // the group's next k ready jobs for the completing worker (leased with $3 ms, tasks $4), in claim order
+    // within the group. The group's running count stays as it was (k jobs out, k in): its row is neither
+    // locked nor written, and no claim has to find the group again. Only the slots not taken over are
+    // given back (the steps of complete, with their wake-up).
+    // Why the limit holds: this statement never raises a group's count. It takes over only where the
+    // group's count, as of its snapshot, is within the declared concurrency (after a limit was lowered,
+    // slots are given back until the count is within it again); a count is only ever raised by a claim,
+    // under the group's row lock, within its limit.
+    // Fairness: a job is taken over only when no ready job of the worker's tasks has a better priority
+    // (the head of the claim order, one index probe); otherwise the slot goes back and the claims
+    // choose in claim order.
+    // Locks: FOR UPDATE (DELETE) on the completed jobs, fenced as in complete; FOR UPDATE SKIP LOCKED on
+    // the jobs taken over (re-checked on their newest version: still pending and ready; one locked by a
+    // claim or another settle is skipped, never waited for); the group steps of complete for the slots
+    // given back. No new lock order: the only lock waited for is a group row's, in key order, after
+    // every job lock, as in complete.
+    completeTakeNext: `
+      WITH done AS (
+        DELETE FROM ${jobs} j
+         USING unnest($1::bigint[], $2::uuid[]) AS i(id, token)
+         WHERE j.id = i.id AND j.lease_token = i.token AND j.state = 'running'
+        RETURNING j.id, j.task, j.payload, j.attempts, j.key, j.last_error, j.created_at, j.progress, j.group_key
+      )${archiveDone('done', 'done')},
+      freed AS MATERIALIZED ${perGroup('done')},
+      head AS MATERIALIZED (
+        -- No lock: the best priority among the ready jobs of these tasks.
+        SELECT h.priority FROM ${jobs} h
+         WHERE h.state = 'pending' AND h.run_at <= now() AND h.task = ANY($4::text[])
+         ORDER BY h.priority, h.run_at, h.id
+         LIMIT 1
+      ),
+      successors AS MATERIALIZED (
+        SELECT w.tid FROM freed f
+          JOIN ${s}.job_groups g ON g.key = f.group_key
+         CROSS JOIN LATERAL (
+           SELECT n.ctid AS tid FROM ${jobs} n
+            WHERE coalesce(n.group_key, '') = f.group_key AND n.state = 'pending' AND n.run_at <= now()
+              AND n.task = ANY($4::text[]) AND n.priority <= coalesce((SELECT priority FROM head), n.priority)
+            ORDER BY n.priority, n.run_at, n.id
+            LIMIT f.k
+              FOR UPDATE SKIP LOCKED
+         ) w
+         WHERE g.running <= coalesce((coalesce($5::jsonb->'groups'->g.key, $5::jsonb->'default')->>'concurrency')::int, 2147483647)
+      ),
+      taken AS (
+        -- The rows locked in 'successors' (no wait), fetched by address (see ClaimTarget in claim-steps.ts),
+        -- leased as a claim leases them.
+        UPDATE ${jobs} j
+           ${claimLeasePerClaim.replace('lease_ms', '$3::float8')}
+         WHERE j.ctid = ANY(ARRAY(SELECT tid FROM successors))
+        RETURNING j.*
+      ),
+      short AS MATERIALIZED (
+        -- Per group, the slots not taken over.
+        SELECT f.group_key, f.k - coalesce(t.k, 0) AS k FROM freed f
+          LEFT JOIN ${perGroup('taken')} t ON t.group_key = f.group_key
+         WHERE f.k > coalesce(t.k, 0)
+      )${freeSlots(`${s}.job_groups`, jobs, channel, 'short')}
+      SELECT (SELECT coalesce(array_agg(id::text), '{}') FROM done) AS ids, ${woke},
+             ${claimedAggregates('')}
+        FROM (SELECT * FROM taken ORDER BY priority, run_at, id) j`,
     // Lock: FOR NO KEY UPDATE (row lock of an UPDATE that leaves keys alone) on each job still running
     // under its token. Fenced like complete. Retry at now() + explicit delay, or the job's backoff with
     // full jitter; dead once attempts are used up (or when final). Frees the group slots.

@@ -16,7 +16,7 @@ import { type QueueSend, QueueTelemetry } from '../../observability/queue-teleme
 import { guardClientErrors } from '../../tx/guard-client-errors.js';
 import type { Db, Queryable } from '../../tx/types.js';
 import { errorText } from './error-text.js';
-import { limitsDeclaration } from './group-limits.js';
+import { limitsDeclaration, ratesDeclared } from './group-limits.js';
 import {
   type ClaimedLease,
   type ClaimedRow,
@@ -30,6 +30,7 @@ import {
 } from './job.js';
 import type {
   ClaimedBatch,
+  CompleteAndTakeNextResult,
   CompleteManyResult,
   FailItem,
   FailResult,
@@ -54,6 +55,7 @@ import {
   type rateSchema,
   reapOptionsSchema,
   redriveOptionsSchema,
+  takeNextOptionsSchema,
 } from './queue-options.js';
 import { type QueueStatements, queueStatements } from './queue-sql.js';
 import { declareSchedules, type ScheduleDefinition } from './schedule-options.js';
@@ -75,7 +77,16 @@ import { storableJson } from './storable-json.js';
 import type { WorkHandlers, WorkOptionsInput } from './work-options.js';
 import { QueueWorker } from './worker.js';
 
-export type { ClaimedBatch, CompleteManyResult, FailItem, FailResult, QueueTxManager, ReapResult, TaskMap };
+export type {
+  ClaimedBatch,
+  CompleteAndTakeNextResult,
+  CompleteManyResult,
+  FailItem,
+  FailResult,
+  QueueTxManager,
+  ReapResult,
+  TaskMap,
+};
 
 /** Options of {@link Queue} (see `queueOptionsSchema` for every field). */
 export type QueueOptions<T extends TaskMap> = Omit<
@@ -122,6 +133,8 @@ export type EnqueueOptions = z.input<typeof enqueueOptionsSchema>;
 export type EnqueueManyOptions = z.input<typeof enqueueManyOptionsSchema>;
 /** Options of {@link Queue.claim}. */
 export type ClaimOptions = z.input<typeof claimOptionsSchema>;
+/** Options of {@link Queue.completeAndTakeNext}: the lease and tasks of the jobs it takes over. */
+export type TakeNextOptions = z.input<typeof takeNextOptionsSchema>;
 /** Options of {@link Queue.fail}. */
 export type FailOptions = z.input<typeof failOptionsSchema>;
 /** Options of {@link Queue.redrive}. */
@@ -245,6 +258,18 @@ function runTuples<R extends unknown[]>(
 
 /** ',' */
 const COMMA = 44;
+/**
+ * The outcome of a worker's completion of `jobs`, from the statement's completed ids as one array literal
+ * of digits ('{1,2,3}'): when it holds as many ids as were sent (the usual case), all of them were
+ * completed, and it need not be parsed.
+ */
+function completedOf(jobs: readonly ClaimedLease[], ids = '{}'): CompleteManyResult {
+  let count = ids === '{}' ? 0 : 1;
+  for (let i = 0; i < ids.length; i++) if (ids.charCodeAt(i) === COMMA) count++;
+  if (count === jobs.length) return { completed: jobs.map((j) => j.id), lost: [], invalid: [] };
+  return { ...partitionCompleted(jobs, new Set(ids.slice(1, -1).split(','))), invalid: [] };
+}
+
 /** Splits a completion's jobs into those completed (ids in `done`) and those whose lease was lost. */
 function partitionCompleted(jobs: readonly JobLease[], done: ReadonlySet<string>) {
   const completed: string[] = [];
@@ -307,6 +332,8 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
   readonly requires: Readonly<Record<string, readonly string[]>>;
   /** The declared group and task limits (jsonb for the limited claim), or undefined: the plain claim. */
   readonly #limits: string | undefined;
+  /** Whether completions take over the slots they free (limits declared, and all of them concurrency). */
+  readonly #takesOver: boolean;
 
   /**
    * Creates a queue handle (sends nothing to the database; call {@link Queue.migrate} once at start-up).
@@ -351,6 +378,7 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
     this.requires = Object.freeze({ ...o.requires });
     this.#limits = limitsDeclaration(o.groups, o.taskRates);
     this.limited = this.#limits !== undefined;
+    this.#takesOver = this.limited && !ratesDeclared(o.groups, o.taskRates);
     const declared = declareSchedules(options.schedules, options.tasks);
     if (declared.isErr()) throw declared.error;
     this.#schedules = {
@@ -661,15 +689,48 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
     let grouped = false;
     for (let i = 0; i < jobs.length && !grouped; i++) grouped = (jobs[i] as ClaimedLease).group !== null;
     const text = grouped ? this.#sql.complete : this.#sql.completeUngrouped;
-    return runTuples<[string]>(this.pool, text, leaseArrays(jobs)).map((res) => {
-      // The completed ids as one array literal of digits ('{1,2,3}'): when it holds as many ids as were
-      // sent (the usual case), all of them were completed, and it need not be parsed.
-      const ids = res.rows[0]?.[0] ?? '{}';
-      let count = ids === '{}' ? 0 : 1;
-      for (let i = 0; i < ids.length; i++) if (ids.charCodeAt(i) === COMMA) count++;
-      if (count === jobs.length) return { completed: jobs.map((j) => j.id), lost: [], invalid: [] };
-      return { ...partitionCompleted(jobs, new Set(ids.slice(1, -1).split(','))), invalid: [] };
-    });
+    return runTuples<[string]>(this.pool, text, leaseArrays(jobs)).map((res) =>
+      completedOf(jobs, res.rows[0]?.[0]),
+    );
+  }
+
+  /**
+   * As {@link Queue.completeClaimed}, and on a queue whose limits are concurrency only (no `rate`, no
+   * `taskRates`) it takes over the group slots it frees, in the same statement: for each group that had
+   * k of these jobs, the group's next k ready jobs of `tasks` (in claim order within the group) are
+   * leased to the caller, as a claim leases them, and come back in `next` to be run. The group's count
+   * of running jobs does not change, so its row is not written, and no claim has to find the group
+   * again: this is how a worker keeps serial groups moving at close to the unlimited queue's speed.
+   * A job is taken over only when no ready job of `tasks` has a better priority, and only while the
+   * group's count is within its declared concurrency (after a limit was lowered, slots are given back
+   * until it is). Without limits, with a rate limit declared, or for jobs without a group, `next` is
+   * empty and this is completeClaimed. `InvalidOptions` (nothing sent) for a bad lease or task list.
+   *
+   * @example
+   * const claimed = await queue.claim({ batch: 50 });
+   * if (claimed.isOk()) {
+   *   const r = await queue.completeAndTakeNext(claimed.value, { lease: '30s' });
+   *   if (r.isOk()) console.log(r.value.completed.length, 'done,', r.value.next.length, 'more to run');
+   * }
+   */
+  completeAndTakeNext(
+    jobs: readonly ClaimedLease[],
+    options: TakeNextOptions = {},
+  ): ResultAsync<CompleteAndTakeNextResult, InvalidOptions | DatabaseFailure> {
+    const parsed = parseOptions(takeNextOptionsSchema, options);
+    if (parsed.isErr()) return errAsync(parsed.error);
+    let grouped = false;
+    for (let i = 0; i < jobs.length && !grouped; i++) grouped = (jobs[i] as ClaimedLease).group !== null;
+    if (!this.#takesOver || !grouped) return this.completeClaimed(jobs).map((r) => ({ ...r, next: [] }));
+    const o = parsed.value;
+    const values = [...leaseArrays(jobs), o.lease ?? this.leaseMs, o.tasks ?? this.taskNames, this.#limits];
+    return runTuples<[string, string, ...ClaimedRow]>(this.pool, this.#sql.completeTakeNext, values).map(
+      (res) => {
+        const row = res.rows[0];
+        const next = row === undefined ? [] : jobsFromClaim([row[2], row[3], row[4], row[5]]);
+        return { ...completedOf(jobs, row?.[0]), next };
+      },
+    );
   }
 
   /**

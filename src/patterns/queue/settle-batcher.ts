@@ -1,7 +1,7 @@
 import { err, ok, type Result } from 'neverthrow';
 import { type DatabaseFailure, DbError, LeaseLost } from '../../errors/errors.js';
-import type { ClaimedLease } from './job.js';
-import type { FailItem, FailResult, JobStore } from './job-store.js';
+import type { ClaimedLease, Job } from './job.js';
+import type { CompleteManyResult, FailItem, FailResult, JobStore } from './job-store.js';
 
 /** Outcome of one settle: the job's fate, or why it could not be settled. */
 export type SettleOutcome<V> = Result<V, LeaseLost | DatabaseFailure>;
@@ -30,6 +30,17 @@ export interface SettleBatcherOptions {
   readonly maxBatch: number;
   /** false: one statement per settle (no batching). */
   readonly enabled: boolean;
+  /**
+   * A worker's hand-over of group slots (`completeAndTakeNext`): `params()` gives the lease and tasks of
+   * the jobs a completion may take over (undefined: complete only, e.g. while stopping); `taken(jobs)`
+   * receives the jobs taken over, to be run.
+   */
+  readonly takeOver?:
+    | {
+        readonly params: () => { lease: number; tasks: string[] } | undefined;
+        readonly taken: (jobs: Job[]) => void;
+      }
+    | undefined;
 }
 
 /**
@@ -46,7 +57,7 @@ export interface SettleBatcherOptions {
  * await batcher.flush();
  */
 export class SettleBatcher<C> {
-  readonly #store: Pick<JobStore, 'completeClaimed' | 'failMany'>;
+  readonly #store: Pick<JobStore, 'completeClaimed' | 'completeAndTakeNext' | 'failMany'>;
   readonly #options: SettleBatcherOptions;
   #completions: Waiting<ClaimedLease, 'completed', C>[] = [];
   #failures: Waiting<FailItem, FailResult, C>[] = [];
@@ -54,7 +65,10 @@ export class SettleBatcher<C> {
   #immediate: ReturnType<typeof setImmediate> | undefined;
   readonly #inFlight = new Set<Promise<void>>();
 
-  constructor(store: Pick<JobStore, 'completeClaimed' | 'failMany'>, options: SettleBatcherOptions) {
+  constructor(
+    store: Pick<JobStore, 'completeClaimed' | 'completeAndTakeNext' | 'failMany'>,
+    options: SettleBatcherOptions,
+  ) {
     this.#store = store;
     this.#options = options;
   }
@@ -116,11 +130,21 @@ export class SettleBatcher<C> {
 
   async #writeCompletions(batch: Waiting<ClaimedLease, 'completed', C>[]): Promise<void> {
     let outcomes: (w: Waiting<ClaimedLease, 'completed', C>) => SettleOutcome<'completed'>;
+    let taken: Job[] = [];
     try {
       const jobs = new Array<ClaimedLease>(batch.length);
       for (let i = 0; i < batch.length; i++)
         jobs[i] = (batch[i] as Waiting<ClaimedLease, 'completed', C>).item;
-      const r = await this.#store.completeClaimed(jobs);
+      const over = this.#options.takeOver?.params();
+      let r: Result<CompleteManyResult, LeaseLost | DatabaseFailure>;
+      if (over === undefined) r = await this.#store.completeClaimed(jobs);
+      else {
+        const t = await this.#store.completeAndTakeNext(jobs, over);
+        // The worker's own lease and tasks: invalid ones are a defect (thrown, reported per job below).
+        if (t.isErr() && t.error.kind === 'InvalidOptions') throw t.error;
+        if (t.isOk()) taken = t.value.next;
+        r = t as Result<CompleteManyResult, DatabaseFailure>;
+      }
       if (r.isErr()) {
         const failure = err(r.error);
         outcomes = () => failure;
@@ -135,6 +159,7 @@ export class SettleBatcher<C> {
       outcomes = () => failure;
     }
     for (const w of batch) w.then(outcomes(w), w.context);
+    if (taken.length > 0) this.#options.takeOver?.taken(taken);
   }
 
   async #writeFailures(batch: Waiting<FailItem, FailResult, C>[]): Promise<void> {

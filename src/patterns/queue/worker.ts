@@ -102,6 +102,15 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
       enabled: this.#o.batchSettles,
       delayMs: this.#o.settleDelay,
       maxBatch: this.#o.maxSettleBatch,
+      // With limits, a completion takes over the group slots it frees (see completeAndTakeNext): a
+      // serial group's next job goes to the worker that finished the one before, with no claim to find
+      // it and no write to the group's row. Not while stopping: the worker takes nothing new then.
+      takeOver: store.limited
+        ? {
+            params: () => (this.#stopping ? undefined : { lease: this.#leaseMs, tasks: this.#tasks }),
+            taken: (jobs) => this.#taken(jobs),
+          }
+        : undefined,
     });
     this.#runner = new HandlerRunner(
       store,
@@ -416,6 +425,26 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
       if (claimed.length < want)
         await this.#wake.wait(Math.min(this.#o.pollInterval, Math.max(1, rateWaitMs ?? Infinity)));
     }
+  }
+
+  /**
+   * Jobs a completion took over (their groups' next jobs, leased to this worker): into the local queue,
+   * like claimed jobs. A completion that was already on its way when stop() began gives them back.
+   */
+  #taken(jobs: Job[]): void {
+    if (this.#stopping) {
+      this.#counters.released += jobs.length;
+      this.#inBackground(
+        this.#store.release(jobs).match(
+          () => undefined,
+          (e) => this.#error(e, 'release'),
+        ),
+      );
+      return;
+    }
+    const now = Date.now();
+    for (const job of jobs) this.#buffer.push({ job, lastExtendAt: now });
+    this.#drain();
   }
 
   /** Starts buffered jobs while handler slots are free. */

@@ -1,0 +1,245 @@
+// completeAndTakeNext: a completion that takes over the group slots it frees. For each group that had k
+// jobs completed, the group's next k ready jobs are leased to the caller in the same statement, and the
+// group's count of running jobs is left as it was (its row is not even written). What must hold: the
+// count stays equal to the running jobs, the group's claim order is kept, nothing is taken that a claim
+// would not give this worker (other tasks, a better-priority job elsewhere, a group over a lowered
+// limit, a rate-limited queue, a job not due yet), and a lost lease takes nothing.
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { type GroupsOption, type Job, Queue } from '../../src/patterns/queue/index.js';
+import { TxManager } from '../../src/tx/tx-manager.js';
+import { useTestDatabase } from '../helpers.js';
+
+const { pool } = await useTestDatabase({ max: 10 });
+const tasks = { work: z.object({ n: z.number().int() }), other: z.object({ n: z.number().int() }) };
+let seq = 0;
+const serial: GroupsOption = { default: { concurrency: 1 } };
+
+/** A fresh, migrated schema and a Queue on it with `groups` (and `archive`). */
+async function queueOn(groups?: GroupsOption, archive = false) {
+  const schema = `q_take_over_${++seq}`;
+  const q = new Queue({
+    pool,
+    txManager: new TxManager(pool),
+    schema,
+    tasks,
+    archive,
+    ...(groups === undefined ? {} : { groups }),
+  });
+  (await q.migrate())._unsafeUnwrap();
+  return {
+    q,
+    schema,
+    again: (g: GroupsOption) => new Queue({ pool, txManager: new TxManager(pool), schema, tasks, groups: g }),
+  };
+}
+
+/** The group's row: its running count, the jobs actually running, and its row version (xmin). */
+async function group(schema: string, key: string) {
+  const r = await pool.query<{ running: number; actual: number; version: string }>(
+    `SELECT g.running, g.xmin::text AS version,
+            (SELECT count(*)::int FROM ${schema}.jobs j WHERE j.group_key = g.key AND j.state = 'running') AS actual
+       FROM ${schema}.job_groups g WHERE g.key = $1`,
+    [key],
+  );
+  return r.rows[0];
+}
+
+const ns = (jobs: readonly Job[]) => jobs.map((j) => (j.payload as { n: number }).n);
+
+describe('completeAndTakeNext on a queue with concurrency limits', () => {
+  it("takes each freed group's next ready jobs in the group's claim order, leased to the caller, without writing the group's row", async () => {
+    const { q, schema } = await queueOn({ default: { concurrency: 2 } });
+    // Group g: n=1, n=2, n=3 (priority 1), then n=4 (priority 0: first in claim order).
+    for (const [n, priority] of [
+      [1, 1],
+      [2, 1],
+      [3, 1],
+      [4, 0],
+    ] as const)
+      (await q.enqueue(pool, 'work', { n }, { group: 'g', priority }))._unsafeUnwrap();
+    const first = (await q.claim({ batch: 2 }))._unsafeUnwrap();
+    expect(ns(first)).toEqual([4, 1]);
+    const before = await group(schema, 'g');
+    expect(before).toMatchObject({ running: 2, actual: 2 });
+
+    const r = (await q.completeAndTakeNext(first, { lease: '1m' }))._unsafeUnwrap();
+    expect(r.completed.sort()).toEqual(first.map((j) => j.id).sort());
+    expect(ns(r.next)).toEqual([2, 3]);
+    for (const j of r.next) {
+      expect(j).toMatchObject({ attempts: 1, group: 'g', task: 'work' });
+      expect(j.leaseExpiresAt.getTime()).toBeGreaterThan(Date.now() + 50_000);
+    }
+    const after = await group(schema, 'g');
+    expect(after).toMatchObject({ running: 2, actual: 2 });
+    expect(after?.version).toBe(before?.version); // the group's row was not written
+
+    // The jobs taken over are the caller's: they complete like claimed jobs; the last completion finds
+    // nothing to take and gives the slots back.
+    const last = (await q.completeAndTakeNext(r.next))._unsafeUnwrap();
+    expect(last.completed).toHaveLength(2);
+    expect(last.next).toEqual([]);
+    expect(await group(schema, 'g')).toMatchObject({ running: 0, actual: 0 });
+  });
+
+  it('archives the completed jobs when the queue archives', async () => {
+    const { q, schema } = await queueOn(serial, true);
+    (await q.enqueueMany(pool, 'work', [{ n: 1 }, { n: 2 }], { group: 'g' }))._unsafeUnwrap();
+    const [job] = (await q.claim())._unsafeUnwrap();
+    const r = (await q.completeAndTakeNext(job ? [job] : []))._unsafeUnwrap();
+    expect(ns(r.next)).toEqual([2]);
+    const archived = await pool.query(`SELECT state FROM ${schema}.jobs_archive WHERE id = $1`, [job?.id]);
+    expect(archived.rows).toEqual([{ state: 'done' }]);
+  });
+
+  it("takes only jobs of the caller's tasks; a group whose next job is another task's gets its slot back", async () => {
+    const { q, schema } = await queueOn(serial);
+    (await q.enqueue(pool, 'work', { n: 1 }, { group: 'g' }))._unsafeUnwrap();
+    (await q.enqueue(pool, 'other', { n: 2 }, { group: 'g' }))._unsafeUnwrap();
+    const claimed = (await q.claim({ tasks: ['work'] }))._unsafeUnwrap();
+    const r = (await q.completeAndTakeNext(claimed, { tasks: ['work'] }))._unsafeUnwrap();
+    expect(r.next).toEqual([]);
+    expect(await group(schema, 'g')).toMatchObject({ running: 0, actual: 0 });
+    expect(ns((await q.claim({ tasks: ['other'] }))._unsafeUnwrap())).toEqual([2]);
+  });
+
+  it('takes nothing while a ready job of the same tasks has a better priority: the slot goes back and claims choose in claim order', async () => {
+    const { q, schema } = await queueOn(serial);
+    (await q.enqueueMany(pool, 'work', [{ n: 1 }, { n: 2 }], { group: 'g' }))._unsafeUnwrap();
+    const claimed = (await q.claim())._unsafeUnwrap();
+    (await q.enqueue(pool, 'work', { n: 3 }, { priority: -5 }))._unsafeUnwrap();
+    const r = (await q.completeAndTakeNext(claimed))._unsafeUnwrap();
+    expect(r.next).toEqual([]);
+    expect(await group(schema, 'g')).toMatchObject({ running: 0, actual: 0 });
+    expect(ns((await q.claim({ batch: 2 }))._unsafeUnwrap())).toEqual([3, 2]);
+  });
+
+  it('takes nothing not due yet', async () => {
+    const { q, schema } = await queueOn(serial);
+    (await q.enqueue(pool, 'work', { n: 1 }, { group: 'g' }))._unsafeUnwrap();
+    (
+      await q.enqueue(pool, 'work', { n: 2 }, { group: 'g', runAt: new Date(Date.now() + 3_600_000) })
+    )._unsafeUnwrap();
+    const r = (await q.completeAndTakeNext((await q.claim())._unsafeUnwrap()))._unsafeUnwrap();
+    expect(r.next).toEqual([]);
+    expect(await group(schema, 'g')).toMatchObject({ running: 0, actual: 0 });
+  });
+
+  it('after a limit was lowered, gives slots back until the group is within it; the declaration that allows more keeps taking over (control)', async () => {
+    const { q: two, schema, again } = await queueOn({ default: { concurrency: 2 } });
+    const one = again(serial);
+    (
+      await two.enqueueMany(
+        pool,
+        'work',
+        [1, 2, 3, 4, 5].map((n) => ({ n })),
+        { group: 'g' },
+      )
+    )._unsafeUnwrap();
+    const [a, b] = (await two.claim({ batch: 2 }))._unsafeUnwrap();
+    expect(await group(schema, 'g')).toMatchObject({ running: 2, actual: 2 });
+    // Declared concurrency 1, two running: the slot goes back.
+    const lowered = (await one.completeAndTakeNext(a ? [a] : []))._unsafeUnwrap();
+    expect(lowered.next).toEqual([]);
+    expect(await group(schema, 'g')).toMatchObject({ running: 1, actual: 1 });
+    // Within the limit again: the next completion under concurrency 1 takes over.
+    const within = (await one.completeAndTakeNext(b ? [b] : []))._unsafeUnwrap();
+    expect(ns(within.next)).toEqual([3]);
+    expect(await group(schema, 'g')).toMatchObject({ running: 1, actual: 1 });
+    // Control: the declaration of concurrency 2, with two running, takes over and keeps two running.
+    const more = (await two.claim())._unsafeUnwrap();
+    expect(ns(more)).toEqual([4]);
+    const kept = (await two.completeAndTakeNext(more))._unsafeUnwrap();
+    expect(ns(kept.next)).toEqual([5]);
+    expect(await group(schema, 'g')).toMatchObject({ running: 2, actual: 2 });
+  });
+
+  it('with a rate limit declared, takes nothing over (a rate counts claims): a plain completion', async () => {
+    const { q, schema } = await queueOn({ default: { concurrency: 1, rate: { limit: 100, per: '1s' } } });
+    (await q.enqueueMany(pool, 'work', [{ n: 1 }, { n: 2 }], { group: 'g' }))._unsafeUnwrap();
+    const r = (await q.completeAndTakeNext((await q.claim())._unsafeUnwrap()))._unsafeUnwrap();
+    expect(r.completed).toHaveLength(1);
+    expect(r.next).toEqual([]);
+    expect(await group(schema, 'g')).toMatchObject({ running: 0, actual: 0 });
+  });
+
+  it('without limits declared, is a plain completion', async () => {
+    const { q, schema } = await queueOn();
+    (await q.enqueueMany(pool, 'work', [{ n: 1 }, { n: 2 }], { group: 'g' }))._unsafeUnwrap();
+    const r = (await q.completeAndTakeNext((await q.claim())._unsafeUnwrap()))._unsafeUnwrap();
+    expect(r.next).toEqual([]);
+    expect(await group(schema, 'g')).toMatchObject({ running: 0, actual: 0 });
+  });
+
+  it('a lost lease completes nothing and takes nothing', async () => {
+    const { q, schema } = await queueOn(serial);
+    (await q.enqueueMany(pool, 'work', [{ n: 1 }, { n: 2 }], { group: 'g' }))._unsafeUnwrap();
+    const [job] = (await q.claim())._unsafeUnwrap();
+    if (job === undefined) throw new Error('nothing claimed');
+    const stale = { ...job, leaseToken: '00000000-0000-4000-8000-000000000000' };
+    const r = (await q.completeAndTakeNext([stale]))._unsafeUnwrap();
+    expect(r).toMatchObject({ completed: [], lost: [job.id], next: [] });
+    expect(await group(schema, 'g')).toMatchObject({ running: 1, actual: 1 });
+  });
+
+  it('refuses a bad lease or task list with InvalidOptions, sending nothing', async () => {
+    const { q, schema } = await queueOn(serial);
+    (await q.enqueueMany(pool, 'work', [{ n: 1 }, { n: 2 }], { group: 'g' }))._unsafeUnwrap();
+    const claimed = (await q.claim())._unsafeUnwrap();
+    const bad: Parameters<typeof q.completeAndTakeNext>[1][] = [
+      { lease: -1 },
+      { lease: 'soon' },
+      { tasks: [] },
+    ];
+    for (const options of bad) {
+      const r = await q.completeAndTakeNext(claimed, options);
+      expect(r._unsafeUnwrapErr().kind).toBe('InvalidOptions');
+    }
+    expect(await group(schema, 'g')).toMatchObject({ running: 1, actual: 1 });
+  });
+});
+
+describe('two workers taking over at once', () => {
+  it('keep every counter equal to the running jobs and never take a job twice', async () => {
+    const { q, schema } = await queueOn(serial);
+    const keys = Array.from({ length: 200 }, (_, n) => `g${n % 20}`);
+    (
+      await q.enqueueMany(
+        pool,
+        'work',
+        keys.map((_, n) => ({ n })),
+        { groups: keys },
+      )
+    )._unsafeUnwrap();
+    const seen = new Set<string>();
+    let twice = 0;
+    const loop = async () => {
+      let held = (await q.claim({ batch: 8 }))._unsafeUnwrap();
+      while (held.length > 0) {
+        for (const j of held) {
+          if (seen.has(j.id)) twice++;
+          seen.add(j.id);
+        }
+        const r = (await q.completeAndTakeNext(held))._unsafeUnwrap();
+        held = [
+          ...r.next,
+          ...(r.next.length < 8 ? (await q.claim({ batch: 8 - r.next.length }))._unsafeUnwrap() : []),
+        ];
+        const running = await pool.query<{ over: number }>(
+          `SELECT count(*)::int AS over FROM (SELECT 1 FROM ${schema}.jobs WHERE state = 'running'
+            GROUP BY group_key HAVING count(*) > 1) x`,
+        );
+        expect(running.rows[0]?.over).toBe(0);
+      }
+    };
+    await Promise.all([loop(), loop()]);
+    expect(twice).toBe(0);
+    expect(seen.size).toBe(200);
+    const left = await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${schema}.jobs`);
+    expect(left.rows[0]?.n).toBe(0);
+    const g = await pool.query<{ bad: number }>(
+      `SELECT count(*)::int AS bad FROM ${schema}.job_groups WHERE running <> 0`,
+    );
+    expect(g.rows[0]?.bad).toBe(0);
+  });
+});
