@@ -4,7 +4,8 @@
 // count stays equal to the running jobs, the group's claim order is kept, nothing is taken that a claim
 // would not give this worker (other tasks, a better-priority job elsewhere, a group over a lowered
 // limit, a rate-limited queue, a job not due yet), and a lost lease takes nothing.
-import { describe, expect, it } from 'vitest';
+import { ResultAsync } from 'neverthrow';
+import { describe, expect, it, vi } from 'vitest';
 import { z } from 'zod';
 import { type GroupsOption, type Job, Queue } from '../../src/patterns/queue/index.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
@@ -112,6 +113,30 @@ describe('completeAndTakeNext on a queue with concurrency limits', () => {
     expect(r.next).toEqual([]);
     expect(await group(schema, 'g')).toMatchObject({ running: 0, actual: 0 });
     expect(ns((await q.claim({ batch: 2 }))._unsafeUnwrap())).toEqual([3, 2]);
+  });
+
+  it('takes at most `max` in all (the room a worker has); the slots not taken over go back', async () => {
+    const { q, schema } = await queueOn(serial);
+    const keys = ['a', 'b', 'a', 'b'];
+    (
+      await q.enqueueMany(
+        pool,
+        'work',
+        keys.map((_, n) => ({ n })),
+        { groups: keys },
+      )
+    )._unsafeUnwrap();
+    const claimed = (await q.claim({ batch: 2 }))._unsafeUnwrap();
+    expect(claimed.map((j) => j.group).sort()).toEqual(['a', 'b']);
+    const r = (await q.completeAndTakeNext(claimed, { max: 1 }))._unsafeUnwrap();
+    expect(r.completed).toHaveLength(2);
+    expect(r.next.map((j) => j.group)).toEqual(['a']); // the groups in key order
+    expect(await group(schema, 'a')).toMatchObject({ running: 1, actual: 1 });
+    expect(await group(schema, 'b')).toMatchObject({ running: 0, actual: 0 });
+    // max 0: a plain completion.
+    const none = (await q.completeAndTakeNext(r.next, { max: 0 }))._unsafeUnwrap();
+    expect(none.next).toEqual([]);
+    expect(await group(schema, 'a')).toMatchObject({ running: 0, actual: 0 });
   });
 
   it('takes nothing not due yet', async () => {
@@ -241,5 +266,48 @@ describe('two workers taking over at once', () => {
       `SELECT count(*)::int AS bad FROM ${schema}.job_groups WHERE running <> 0`,
     );
     expect(g.rows[0]?.bad).toBe(0);
+  });
+});
+
+describe('a worker taking over', () => {
+  it('runs the jobs it takes over, and a completion still on its way when stop() begins gives them back', async () => {
+    const { q, schema } = await queueOn(serial);
+    (
+      await q.enqueueMany(
+        pool,
+        'work',
+        [1, 2, 3].map((n) => ({ n })),
+        { group: 'g' },
+      )
+    )._unsafeUnwrap();
+    const ran: number[] = [];
+    let hold: (() => void) | undefined;
+    const held = new Promise<void>((resolve) => {
+      hold = resolve;
+    });
+    let calls = 0;
+    const original = q.completeAndTakeNext.bind(q);
+    // The second completion waits until stop() has begun.
+    vi.spyOn(q, 'completeAndTakeNext').mockImplementation((jobs, options) =>
+      ++calls === 2
+        ? ResultAsync.fromSafePromise(held).andThen(() => original(jobs, options))
+        : original(jobs, options),
+    );
+    const worker = q.work(
+      { work: (job) => void ran.push(job.payload.n) },
+      { concurrency: 1, pollInterval: 50 },
+    );
+    await vi.waitFor(() => expect(calls).toBe(2), { timeout: 10_000 });
+    expect(ran).toEqual([1, 2]); // 2 came from the first completion's take-over
+    const stopped = worker.stop();
+    hold?.();
+    await stopped;
+    // Job 3, taken over by the completion that came back after stop() began, was given back: pending,
+    // its attempt not charged, its group's slot free; nothing running.
+    const left = await pool.query(`SELECT state, attempts FROM ${schema}.jobs`);
+    expect(left.rows).toEqual([{ state: 'pending', attempts: 0 }]);
+    expect(await group(schema, 'g')).toMatchObject({ running: 0, actual: 0 });
+    expect(ran).toEqual([1, 2]);
+    expect(worker.counters).toMatchObject({ completed: 2, released: 1 });
   });
 });

@@ -25,7 +25,7 @@ function fakeStore(takeNext: Store['completeAndTakeNext']) {
       return okAsync({ completed: jobs.map((j) => j.id), lost: [], invalid: [] });
     },
     completeAndTakeNext: (jobs, options) => {
-      calls.push(`take:${jobs.length}:${options.lease}:${options.tasks.join(',')}`);
+      calls.push(`take:${jobs.length}:${options.lease}:${options.tasks.join(',')}:${options.max}`);
       return takeNext(jobs, options);
     },
     failMany: () => okAsync(new Map()),
@@ -46,16 +46,19 @@ describe('SettleBatcher with takeOver', () => {
     const { store, calls } = fakeStore((jobs) =>
       okAsync({ completed: jobs.map((j) => j.id), lost: [], invalid: [], next: [next] }),
     );
-    const taken: Job[][] = [];
+    const taken: [Job[], number][] = [];
     const batcher = new SettleBatcher<string>(store, {
       enabled: true,
       delayMs: 0,
       maxBatch: 100,
-      takeOver: { params: () => ({ lease: 30_000, tasks: ['work'] }), taken: (jobs) => taken.push(jobs) },
+      takeOver: {
+        params: (grouped) => ({ lease: 30_000, tasks: ['work'], max: grouped + 6 }),
+        taken: (jobs, params) => taken.push([jobs, params.max]),
+      },
     });
     expect(await completeTwo(batcher)).toEqual(['1:completed', '2:completed']);
-    expect(calls).toEqual(['take:2:30000:work']);
-    expect(taken).toEqual([[next]]);
+    expect(calls).toEqual(['take:2:30000:work:7']);
+    expect(taken).toEqual([[[next], 7]]);
   });
 
   it('completes without taking over when params() says no (a stopping worker), and without takeOver at all', async () => {
@@ -75,14 +78,19 @@ describe('SettleBatcher with takeOver', () => {
     }
   });
 
-  it("reports a refused take-over (the worker's own options: a defect) on every job of the batch, and takes nothing", async () => {
+  it("reports a refused take-over (the worker's own options: a defect) on every job of the batch, takes nothing, and frees the reservation", async () => {
     const { store } = fakeStore(() => errAsync(new InvalidOptions([{ path: ['lease'], message: 'bad' }])));
+    const taken: [Job[], number][] = [];
     const batcher = new SettleBatcher<string>(store, {
       enabled: true,
       delayMs: 0,
       maxBatch: 100,
-      takeOver: { params: () => ({ lease: -1, tasks: ['work'] }), taken: () => expect.fail('nothing taken') },
+      takeOver: {
+        params: () => ({ lease: -1, tasks: ['work'], max: 3 }),
+        taken: (jobs, params) => taken.push([jobs, params.max]),
+      },
     });
     expect(await completeTwo(batcher)).toEqual(['1:DbError', '2:DbError']);
+    expect(taken).toEqual([[[], 3]]);
   });
 });

@@ -105,6 +105,11 @@ export interface JobStore {
    */
   readonly limited: boolean;
   /**
+   * Whether completions take over the group slots they free (`completeAndTakeNext`): limits declared,
+   * all of them concurrency (a rate counts claims, and a take-over would not log one).
+   */
+  readonly takesOver: boolean;
+  /**
    * Where the queue's statements go; the LISTEN session is a connection of its own built from `options`.
    * Its counters tell a handler's `ctx.progress` whether a client is free while `ctx.transaction` holds one.
    */
@@ -129,11 +134,11 @@ export interface JobStore {
   completeClaimed(jobs: readonly ClaimedLease[]): ResultAsync<CompleteManyResult, DatabaseFailure>;
   /**
    * As completeClaimed, and takes over the group slots it frees: the groups' next ready jobs of `tasks`,
-   * leased for `lease` ms (none when the queue's limits are not concurrency only).
+   * leased for `lease` ms, at most `max` (none when the queue's limits are not concurrency only).
    */
   completeAndTakeNext(
     jobs: readonly ClaimedLease[],
-    options: { lease: number; tasks: string[] },
+    options: { lease: number; tasks: string[]; max: number },
   ): ResultAsync<CompleteAndTakeNextResult, InvalidOptions | DatabaseFailure>;
   /** Records many failed attempts in one fenced statement. */
   failMany(items: readonly FailItem[]): ResultAsync<Map<string, FailResult>, DatabaseFailure>;

@@ -164,7 +164,10 @@ export const claimOptionsSchema = z.strictObject({
 });
 
 /** Options of `completeAndTakeNext`: the lease and tasks of the jobs it takes over, as a claim's. */
-export const takeNextOptionsSchema = claimOptionsSchema.omit({ batch: true });
+export const takeNextOptionsSchema = claimOptionsSchema.omit({ batch: true }).extend({
+  /** At most this many jobs taken over in all (default: as many as the completion frees). */
+  max: z.number().int().min(0).max(1_000_000).optional(),
+});
 
 /** Options of `fail`. */
 export const failOptionsSchema = z.strictObject({

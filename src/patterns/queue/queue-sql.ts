@@ -189,8 +189,8 @@ export function queueStatements(
     completeUngrouped: completion(false),
     // The worker's completion of a batch with grouped jobs on a queue whose limits are concurrency only
     // ($5, the claim's declaration): as complete, and for each group that had k jobs completed it TAKES
-    // the group's next k ready jobs for the completing worker (leased with $3 ms, tasks $4), in claim order
-    // within the group. The group's running count stays as it was (k jobs out, k in): its row is neither
+    // the group's next k ready jobs for the completing worker (leased with $3 ms, tasks $4; at most $6 in
+    // all, the worker's free room), in claim order within the group. The group's running count stays as it was (k jobs out, k in): its row is neither
     // locked nor written, and no claim has to find the group again. Only the slots not taken over are
     // given back (the steps of complete, with their wake-up).
     // Why the limit holds: this statement never raises a group's count. It takes over only where the
@@ -213,6 +213,13 @@ export function queueStatements(
         RETURNING j.id, j.task, j.payload, j.attempts, j.key, j.last_error, j.created_at, j.progress, j.group_key
       )${archiveDone('done', 'done')},
       freed AS MATERIALIZED ${perGroup('done')},
+      budget AS MATERIALIZED (
+        -- No lock. How many of each group's freed slots may be taken over: $6 in all (the room the caller
+        -- has for more jobs), the groups in key order.
+        SELECT f.group_key, f.k,
+               least(f.k, greatest(0, $6::int - (sum(f.k) OVER (ORDER BY f.group_key) - f.k)))::int AS take
+          FROM freed f
+      ),
       head AS MATERIALIZED (
         -- No lock: the best priority among the ready jobs of these tasks.
         SELECT h.priority FROM ${jobs} h
@@ -221,17 +228,17 @@ export function queueStatements(
          LIMIT 1
       ),
       successors AS MATERIALIZED (
-        SELECT w.tid FROM freed f
+        SELECT w.tid FROM budget f
           JOIN ${s}.job_groups g ON g.key = f.group_key
          CROSS JOIN LATERAL (
            SELECT n.ctid AS tid FROM ${jobs} n
             WHERE coalesce(n.group_key, '') = f.group_key AND n.state = 'pending' AND n.run_at <= now()
               AND n.task = ANY($4::text[]) AND n.priority <= coalesce((SELECT priority FROM head), n.priority)
             ORDER BY n.priority, n.run_at, n.id
-            LIMIT f.k
+            LIMIT f.take
               FOR UPDATE SKIP LOCKED
          ) w
-         WHERE g.running <= coalesce((coalesce($5::jsonb->'groups'->g.key, $5::jsonb->'default')->>'concurrency')::int, 2147483647)
+         WHERE f.take > 0 AND g.running <= coalesce((coalesce($5::jsonb->'groups'->g.key, $5::jsonb->'default')->>'concurrency')::int, 2147483647)
       ),
       taken AS (
         -- The rows locked in 'successors' (no wait), fetched by address (see ClaimTarget in claim-steps.ts),

@@ -319,6 +319,11 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
   readonly leaseMs: number;
   /** Whether the queue declares `groups` or `taskRates`: its claims are limited. */
   readonly limited: boolean;
+  /**
+   * Whether its workers' completions take over the group slots they free ({@link Queue.completeAndTakeNext}):
+   * limits declared, all of them concurrency.
+   */
+  readonly takesOver: boolean;
   /** The `logger` option: where the workers' log lines go (else console.error, rate-limited). */
   readonly logger: Logger | undefined;
   /** Spans and counters of enqueues and job runs (no-op without OpenTelemetry). */
@@ -332,8 +337,6 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
   readonly requires: Readonly<Record<string, readonly string[]>>;
   /** The declared group and task limits (jsonb for the limited claim), or undefined: the plain claim. */
   readonly #limits: string | undefined;
-  /** Whether completions take over the slots they free (limits declared, and all of them concurrency). */
-  readonly #takesOver: boolean;
 
   /**
    * Creates a queue handle (sends nothing to the database; call {@link Queue.migrate} once at start-up).
@@ -378,7 +381,7 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
     this.requires = Object.freeze({ ...o.requires });
     this.#limits = limitsDeclaration(o.groups, o.taskRates);
     this.limited = this.#limits !== undefined;
-    this.#takesOver = this.limited && !ratesDeclared(o.groups, o.taskRates);
+    this.takesOver = this.limited && !ratesDeclared(o.groups, o.taskRates);
     const declared = declareSchedules(options.schedules, options.tasks);
     if (declared.isErr()) throw declared.error;
     this.#schedules = {
@@ -703,8 +706,10 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
    * again: this is how a worker keeps serial groups moving at close to the unlimited queue's speed.
    * A job is taken over only when no ready job of `tasks` has a better priority, and only while the
    * group's count is within its declared concurrency (after a limit was lowered, slots are given back
-   * until it is). Without limits, with a rate limit declared, or for jobs without a group, `next` is
-   * empty and this is completeClaimed. `InvalidOptions` (nothing sent) for a bad lease or task list.
+   * until it is). `max`: at most that many jobs taken over in all (a worker passes the room its local
+   * queue has; the other slots go back). Without limits, with a rate limit declared, for jobs without a
+   * group, or with `max: 0`, `next` is empty and this is completeClaimed. `InvalidOptions` (nothing
+   * sent) for a bad lease, task list or max.
    *
    * @example
    * const claimed = await queue.claim({ batch: 50 });
@@ -721,9 +726,16 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
     if (parsed.isErr()) return errAsync(parsed.error);
     let grouped = false;
     for (let i = 0; i < jobs.length && !grouped; i++) grouped = (jobs[i] as ClaimedLease).group !== null;
-    if (!this.#takesOver || !grouped) return this.completeClaimed(jobs).map((r) => ({ ...r, next: [] }));
     const o = parsed.value;
-    const values = [...leaseArrays(jobs), o.lease ?? this.leaseMs, o.tasks ?? this.taskNames, this.#limits];
+    if (!this.takesOver || !grouped || o.max === 0)
+      return this.completeClaimed(jobs).map((r) => ({ ...r, next: [] }));
+    const values = [
+      ...leaseArrays(jobs),
+      o.lease ?? this.leaseMs,
+      o.tasks ?? this.taskNames,
+      this.#limits,
+      o.max ?? jobs.length,
+    ];
     return runTuples<[string, string, ...ClaimedRow]>(this.pool, this.#sql.completeTakeNext, values).map(
       (res) => {
         const row = res.rows[0];

@@ -18,6 +18,13 @@ interface Waiting<I, V, C> {
 /** One outcome object for every completed job: outcomes are immutable. */
 const COMPLETED: SettleOutcome<'completed'> = ok('completed');
 
+/** The lease, tasks and most jobs a completion may take over (see `completeAndTakeNext`). */
+export interface TakeOverParams {
+  lease: number;
+  tasks: string[];
+  max: number;
+}
+
 /** Options of {@link SettleBatcher}. */
 export interface SettleBatcherOptions {
   /**
@@ -31,14 +38,15 @@ export interface SettleBatcherOptions {
   /** false: one statement per settle (no batching). */
   readonly enabled: boolean;
   /**
-   * A worker's hand-over of group slots (`completeAndTakeNext`): `params()` gives the lease and tasks of
-   * the jobs a completion may take over (undefined: complete only, e.g. while stopping); `taken(jobs)`
-   * receives the jobs taken over, to be run.
+   * A worker's hand-over of group slots (`completeAndTakeNext`): `params(grouped)` gives the lease, tasks
+   * and most jobs a completion of `grouped` jobs with a group may take over, reserving that room
+   * (undefined: complete only, e.g. while stopping or with no room); `taken(jobs, params)` is called once per such completion, whatever its
+   * outcome, with the jobs taken over (to be run) and the params it was given (to free the reservation).
    */
   readonly takeOver?:
     | {
-        readonly params: () => { lease: number; tasks: string[] } | undefined;
-        readonly taken: (jobs: Job[]) => void;
+        readonly params: (grouped: number) => TakeOverParams | undefined;
+        readonly taken: (jobs: Job[], params: TakeOverParams) => void;
       }
     | undefined;
 }
@@ -131,11 +139,15 @@ export class SettleBatcher<C> {
   async #writeCompletions(batch: Waiting<ClaimedLease, 'completed', C>[]): Promise<void> {
     let outcomes: (w: Waiting<ClaimedLease, 'completed', C>) => SettleOutcome<'completed'>;
     let taken: Job[] = [];
+    let over: TakeOverParams | undefined;
     try {
       const jobs = new Array<ClaimedLease>(batch.length);
       for (let i = 0; i < batch.length; i++)
         jobs[i] = (batch[i] as Waiting<ClaimedLease, 'completed', C>).item;
-      const over = this.#options.takeOver?.params();
+      let grouped = 0;
+      if (this.#options.takeOver !== undefined)
+        for (let i = 0; i < jobs.length; i++) if ((jobs[i] as ClaimedLease).group !== null) grouped++;
+      over = grouped === 0 ? undefined : this.#options.takeOver?.params(grouped);
       let r: Result<CompleteManyResult, LeaseLost | DatabaseFailure>;
       if (over === undefined) r = await this.#store.completeClaimed(jobs);
       else {
@@ -159,7 +171,7 @@ export class SettleBatcher<C> {
       outcomes = () => failure;
     }
     for (const w of batch) w.then(outcomes(w), w.context);
-    if (taken.length > 0) this.#options.takeOver?.taken(taken);
+    if (over !== undefined) this.#options.takeOver?.taken(taken, over);
   }
 
   async #writeFailures(batch: Waiting<FailItem, FailResult, C>[]): Promise<void> {

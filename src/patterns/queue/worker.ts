@@ -6,7 +6,7 @@ import { JobListener } from './job-listener.js';
 import type { JobStore, TaskMap } from './job-store.js';
 import { parseOptions } from './queue-options.js';
 import { ScheduleLoop } from './schedule-loop.js';
-import { SettleBatcher } from './settle-batcher.js';
+import { SettleBatcher, type TakeOverParams } from './settle-batcher.js';
 import { Wakeup } from './wakeup.js';
 import {
   type JobHandler,
@@ -69,6 +69,8 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
   #listenFailures = 0;
   /** Jobs held beyond the handler slots (the local queue's target); adapts when prefetch is 'auto'. */
   #prefetch: number;
+  /** Room reserved for the jobs completions in flight may take over (see #takeOverParams). */
+  #reserved = 0;
   #stopping = false;
   #stopPromise: Promise<void> | undefined;
   #resolveDone: () => void = () => {};
@@ -102,13 +104,13 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
       enabled: this.#o.batchSettles,
       delayMs: this.#o.settleDelay,
       maxBatch: this.#o.maxSettleBatch,
-      // With limits, a completion takes over the group slots it frees (see completeAndTakeNext): a
+      // With concurrency limits, a completion takes over the group slots it frees (completeAndTakeNext): a
       // serial group's next job goes to the worker that finished the one before, with no claim to find
       // it and no write to the group's row. Not while stopping: the worker takes nothing new then.
-      takeOver: store.limited
+      takeOver: store.takesOver
         ? {
-            params: () => (this.#stopping ? undefined : { lease: this.#leaseMs, tasks: this.#tasks }),
-            taken: (jobs) => this.#taken(jobs),
+            params: (grouped) => this.#takeOverParams(grouped),
+            taken: (jobs, params) => this.#taken(jobs, params),
           }
         : undefined,
     });
@@ -328,9 +330,9 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
     }
   }
 
-  /** Jobs held now: running plus buffered. */
+  /** Jobs held now: running plus buffered, plus the room reserved for completions' take-overs. */
   get #held(): number {
-    return this.#runner.size + this.#buffer.length;
+    return this.#runner.size + this.#buffer.length + this.#reserved;
   }
 
   /**
@@ -428,10 +430,31 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
   }
 
   /**
-   * Jobs a completion took over (their groups' next jobs, leased to this worker): into the local queue,
-   * like claimed jobs. A completion that was already on its way when stop() began gives them back.
+   * What a completion of `grouped` jobs with a group may take over: this worker's tasks and lease, and
+   * at most as many jobs as it frees slots and as the room its handlers and local queue have (its largest
+   * local queue: `batch` with prefetch 'auto'), reserved until the completion is back so that a claim
+   * meanwhile does not fill the same room. A worker thus holds no more groups' next jobs than it could
+   * hold claimed jobs; the other freed slots go back to every worker. Nothing while stopping.
    */
-  #taken(jobs: Job[]): void {
+  #takeOverParams(grouped: number): TakeOverParams | undefined {
+    if (this.#stopping) return undefined;
+    const local = this.#o.prefetch === 'auto' ? this.#o.batch : this.#o.prefetch;
+    const room = Math.min(grouped, this.#o.concurrency + local - this.#held);
+    if (room <= 0) return undefined;
+    this.#reserved += room;
+    return { lease: this.#leaseMs, tasks: this.#tasks, max: room };
+  }
+
+  /**
+   * Jobs a completion took over (their groups' next jobs, leased to this worker): into the local queue,
+   * like claimed jobs, and the room reserved for them is free again. A completion that was already on
+   * its way when stop() began gives them back.
+   */
+  #taken(jobs: Job[], params: TakeOverParams): void {
+    this.#reserved -= params.max;
+    // A take-over is a claim of the groups' next jobs: one that got all it could take shows a backlog,
+    // and the local queue grows as after a full claim (so the next claims bring more groups in).
+    this.#adapt(params.max, jobs.length);
     if (this.#stopping) {
       this.#counters.released += jobs.length;
       this.#inBackground(
@@ -444,7 +467,8 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
     }
     const now = Date.now();
     for (const job of jobs) this.#buffer.push({ job, lastExtendAt: now });
-    this.#drain();
+    // Runs them, and wakes the claim loop if the room not taken over is free for a claim now.
+    this.#slotFree();
   }
 
   /** Starts buffered jobs while handler slots are free. */
