@@ -46,6 +46,12 @@ async function group(schema: string, key: string) {
   return r.rows[0];
 }
 
+/** Enqueues job n in group keys[n], for each n. */
+async function enqueueIn(q: Queue<typeof tasks>, keys: string[]) {
+  const payloads = keys.map((_, n) => ({ n }));
+  (await q.enqueueMany(pool, 'work', payloads, { groups: keys }))._unsafeUnwrap();
+}
+
 const ns = (jobs: readonly Job[]) => jobs.map((j) => (j.payload as { n: number }).n);
 
 describe('completeAndTakeNext on a queue with concurrency limits', () => {
@@ -118,14 +124,7 @@ describe('completeAndTakeNext on a queue with concurrency limits', () => {
   it('takes at most `max` in all (the room a worker has); the slots not taken over go back', async () => {
     const { q, schema } = await queueOn(serial);
     const keys = ['a', 'b', 'a', 'b'];
-    (
-      await q.enqueueMany(
-        pool,
-        'work',
-        keys.map((_, n) => ({ n })),
-        { groups: keys },
-      )
-    )._unsafeUnwrap();
+    await enqueueIn(q, keys);
     const claimed = (await q.claim({ batch: 2 }))._unsafeUnwrap();
     expect(claimed.map((j) => j.group).sort()).toEqual(['a', 'b']);
     const r = (await q.completeAndTakeNext(claimed, { max: 1 }))._unsafeUnwrap();
@@ -228,14 +227,7 @@ describe('two workers taking over at once', () => {
   it('keep every counter equal to the running jobs and never take a job twice', async () => {
     const { q, schema } = await queueOn(serial);
     const keys = Array.from({ length: 200 }, (_, n) => `g${n % 20}`);
-    (
-      await q.enqueueMany(
-        pool,
-        'work',
-        keys.map((_, n) => ({ n })),
-        { groups: keys },
-      )
-    )._unsafeUnwrap();
+    await enqueueIn(q, keys);
     const seen = new Set<string>();
     let twice = 0;
     const loop = async () => {
