@@ -1,5 +1,6 @@
 // A fresh queue schema `q` with one task (`noop`) and a backlog, for the benchmarks that measure the
-// queue's statements in one connection (claim-by-tid.mjs, serial-groups-prototype.mjs).
+// queue's statements in one connection (claim-by-tid.mjs, serial-groups-prototype.mjs,
+// take-over.mjs).
 import { z } from 'zod';
 import { Queue, TxManager } from '../../dist/index.js';
 import { queueStatements } from '../../dist/patterns/queue/queue-sql.js';
