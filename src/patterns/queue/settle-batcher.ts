@@ -40,8 +40,9 @@ export interface SettleBatcherOptions {
   /**
    * A worker's hand-over of group slots (`completeAndTakeNext`): `params(grouped)` gives the lease, tasks
    * and most jobs a completion of `grouped` jobs with a group may take over, reserving that room
-   * (undefined: complete only, e.g. while stopping or with no room); `taken(jobs, params)` is called once per such completion, whatever its
-   * outcome, with the jobs taken over (to be run) and the params it was given (to free the reservation).
+   * (undefined: complete only, e.g. while stopping or with no room); `taken(jobs, params)` is called
+   * once per such completion, whatever its outcome, with the jobs taken over (to be run) and the params
+   * it was given (to free the reservation).
    */
   readonly takeOver?:
     | {
@@ -152,10 +153,13 @@ export class SettleBatcher<C> {
       if (over === undefined) r = await this.#store.completeClaimed(jobs);
       else {
         const t = await this.#store.completeAndTakeNext(jobs, over);
-        // The worker's own lease and tasks: invalid ones are a defect (thrown, reported per job below).
-        if (t.isErr() && t.error.kind === 'InvalidOptions') throw t.error;
-        if (t.isOk()) taken = t.value.next;
-        r = t as Result<CompleteManyResult, DatabaseFailure>;
+        if (t.isOk()) {
+          taken = t.value.next;
+          r = ok(t.value);
+        } else if (t.error.kind === 'InvalidOptions') {
+          // The worker's own lease and tasks: invalid ones are a defect (thrown, reported per job below).
+          throw t.error;
+        } else r = err(t.error);
       }
       if (r.isErr()) {
         const failure = err(r.error);
