@@ -38,6 +38,18 @@ function replica(schema: string, groups?: GroupsOption) {
   });
 }
 
+/** Enqueues one job per entry of `groups` (payload { n }, group groups[n]; null: no group) in one statement. */
+async function enqueueGrouped(schema: string, groups: (string | null)[]): Promise<void> {
+  (
+    await replica(schema).enqueueMany(
+      pool,
+      'work',
+      groups.map((_, n) => ({ n })),
+      { groups },
+    )
+  )._unsafeUnwrap();
+}
+
 /**
  * An exact overlap detector in the database: a counter per group with a CHECK (n <= limit). A handler
  * increments it when it starts and decrements it when it ends; a start beyond the limit fails the
@@ -125,14 +137,7 @@ async function burnDown(groups: GroupsOption | undefined, limitInJs: boolean) {
     { length: JOBS_PER_GROUP * names.length },
     (_, n) => names[n % names.length] ?? null,
   );
-  (
-    await replica(schema).enqueueMany(
-      pool,
-      'work',
-      all.map((_, n) => ({ n })),
-      { groups: all },
-    )
-  )._unsafeUnwrap();
+  await enqueueGrouped(schema, all);
   await eventually(() => done >= total, 60_000);
   await Promise.all(workers.map((w) => w.stop()));
   return { violations: probe.violations, peaks: await probe.peaks(), schema };
@@ -373,14 +378,7 @@ describe("local queues on a limited queue (prefetch 'auto')", () => {
       const schema = await freshSchema();
       const total = 3000;
       const keys = Array.from({ length: total }, (_, n) => `g${n % 150}`);
-      (
-        await replica(schema).enqueueMany(
-          pool,
-          'work',
-          keys.map((_, n) => ({ n })),
-          { groups: keys },
-        )
-      )._unsafeUnwrap();
+      await enqueueGrouped(schema, keys);
       const sizes: number[] = [];
       let takenOver = 0;
       let done = 0;
@@ -423,6 +421,67 @@ describe("local queues on a limited queue (prefetch 'auto')", () => {
       // Taken over: after the first claims (about one job per group), the completions carry the groups.
       else expect(claiming.length).toBeLessThan(total / 50);
       expect(takenOver > 0).toBe(groups.default?.rate === undefined);
+    },
+  );
+  // A job in a worker's local queue holds its group's slot. With handlers that take time, a worker that
+  // took every freed slot over (its local queue sized for its largest claim) kept the groups it held when
+  // the burn-down began, and the other worker's handlers stood idle (in bench/queue/groups-slow-handlers.mjs,
+  // one worker ran 91% of 100 serial groups' jobs, at 0.82 of the throughput the handlers allow). With
+  // prefetch 'auto', a take-over that finds jobs still waiting in the local queue halves it, and the room a
+  // completion takes over is what the local queue has now: the slots beyond it go back to every worker.
+  it.each([
+    ["prefetch 'auto' (the default): the freed slots go to the idle worker", 'auto' as const, true],
+    ['naive control: a fixed local queue of 100 keeps every group it holds', 100, false],
+  ])(
+    'a worker whose handlers are busy does not keep freed groups from an idle worker: %s',
+    async (_, prefetch, idleWorkerRuns) => {
+      const schema = await freshSchema();
+      const keys = Array.from({ length: 60 }, (_, n) => `g${n % 20}`);
+      await enqueueGrouped(schema, keys);
+      const serial = { default: { concurrency: 1 } };
+      const g = gate();
+      const startedA: string[] = [];
+      let free = false;
+      // A: 2 handlers, each held at a gate of its own job until the test opens it.
+      const a = replica(schema, serial).work(
+        {
+          work: async (job) => {
+            startedA.push(job.id);
+            if (!free) await g.at(job.id);
+          },
+        },
+        { concurrency: 2, batch: 100, prefetch, pollInterval: 50 },
+      );
+      const running = async () =>
+        (
+          await pool.query<{ n: number }>(
+            `SELECT count(*)::int AS n FROM ${schema}.jobs WHERE state = 'running'`,
+          )
+        ).rows[0]?.n;
+      let b: ReturnType<Queue['work']> | undefined;
+      try {
+        // A holds all 20 groups: 2 jobs run, 18 wait in its local queue.
+        await eventually(async () => (await running()) === 20);
+        b = replica(schema, serial).work({ work: () => undefined }, { concurrency: 2, pollInterval: 50 });
+        // A's handlers finish one job at a time; each completion frees (or hands over) its group's slot.
+        for (let i = 0; i < 10; i++) {
+          const id = startedA[i];
+          if (id === undefined) break;
+          g.open(id);
+          await eventually(() => a.counters.completed >= i + 1);
+        }
+        if (idleWorkerRuns) await eventually(() => (b?.counters.started ?? 0) > 0);
+        else {
+          // Every completion took its group's next job over: no slot was ever free for B to claim.
+          expect(await running()).toBe(20);
+          expect(b.counters.started).toBe(0);
+        }
+      } finally {
+        free = true;
+        for (const id of startedA) g.open(id);
+        await Promise.all([a.stop(), b?.stop()]);
+      }
+      await countersTrue(schema);
     },
   );
 });

@@ -374,10 +374,13 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
       this.#prefetch = got >= asked ? this.#o.batch : 0;
       return;
     }
-    this.#prefetch =
-      got >= asked
-        ? Math.min(this.#o.batch, Math.max(this.#o.concurrency, this.#prefetch * 2))
-        : this.#prefetch >> 1;
+    if (got >= asked) this.#growLocalQueue();
+    else this.#prefetch >>= 1;
+  }
+
+  /** Doubles the local queue of a limited queue (prefetch 'auto'), from the handler count up to `batch`. */
+  #growLocalQueue(): void {
+    this.#prefetch = Math.min(this.#o.batch, Math.max(this.#o.concurrency, this.#prefetch * 2));
   }
 
   async #claimLoop(): Promise<void> {
@@ -431,15 +434,15 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
 
   /**
    * What a completion of `grouped` jobs with a group may take over: this worker's tasks and lease, and
-   * at most as many jobs as it frees slots and as the room its handlers and local queue have (its largest
-   * local queue: `batch` with prefetch 'auto'), reserved until the completion is back so that a claim
-   * meanwhile does not fill the same room. A worker thus holds no more groups' next jobs than it could
-   * hold claimed jobs; the other freed slots go back to every worker. Nothing while stopping.
+   * at most as many jobs as it frees slots and as the room its handlers and local queue have now (the
+   * local queue's current size with prefetch 'auto', see #adaptToTakeOver), reserved until the completion
+   * is back so that a claim meanwhile does not fill the same room. A worker thus holds no more groups'
+   * next jobs than a claim would give it; the other freed slots go back to every worker. Nothing while
+   * stopping.
    */
   #takeOverParams(grouped: number): TakeOverParams | undefined {
     if (this.#stopping) return undefined;
-    const local = this.#o.prefetch === 'auto' ? this.#o.batch : this.#o.prefetch;
-    const room = Math.min(grouped, this.#o.concurrency + local - this.#held);
+    const room = Math.min(grouped, this.#o.concurrency + this.#prefetch - this.#held);
     if (room <= 0) return undefined;
     this.#reserved += room;
     return { lease: this.#leaseMs, tasks: this.#tasks, max: room };
@@ -452,9 +455,7 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
    */
   #taken(jobs: Job[], params: TakeOverParams): void {
     this.#reserved -= params.max;
-    // A take-over is a claim of the groups' next jobs: one that got all it could take shows a backlog,
-    // and the local queue grows as after a full claim (so the next claims bring more groups in).
-    this.#adapt(params.max, jobs.length);
+    this.#adaptToTakeOver();
     if (this.#stopping) {
       this.#counters.released += jobs.length;
       this.#inBackground(
@@ -469,6 +470,21 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
     for (const job of jobs) this.#buffer.push({ job, lastExtendAt: now });
     // Runs them, and wakes the claim loop if the room not taken over is free for a claim now.
     this.#slotFree();
+  }
+
+  /**
+   * Adapts the local queue when a take-over arrives (prefetch 'auto'), by what happened during its round
+   * trip. Jobs still waiting in the local queue: it was deeper than this worker's handlers could start
+   * meanwhile, and each of those jobs holds its group's slot that another worker's idle handler could
+   * use (with handlers that take time, a worker that kept its first local queue held most groups and
+   * left the other worker idle), so it halves. Handlers idle and nothing waiting: it was too shallow
+   * (no-op handlers outrun the round trip), so it doubles, from the handler count up to `batch`, as
+   * after a full claim.
+   */
+  #adaptToTakeOver(): void {
+    if (this.#o.prefetch !== 'auto') return;
+    if (this.#buffer.length > 0) this.#prefetch >>= 1;
+    else if (this.#runner.size < this.#o.concurrency) this.#growLocalQueue();
   }
 
   /** Starts buffered jobs while handler slots are free. */
