@@ -11,10 +11,19 @@ interface Watched {
   status: TransactionStatus;
 }
 
+/**
+ * Where a watched client's status lives: on the client itself, under a registered symbol, so that every
+ * manager on the pool (and every copy of this library in the process) shares ONE listener per client.
+ * A listener per manager and client piled up on long-lived pooled clients when an application made
+ * managers as it went (Node warned past 10 per connection, and they were never removed).
+ */
+const WATCHED = Symbol.for('pg-txkit.transactionStatus');
+
 /** The parts of a pg client the status is read from (newer pg has a method, older pg an event). */
 interface StatusSource {
   getTransactionStatus?: () => string | null;
   connection?: { on?: (event: string, listener: (message: { status?: unknown }) => void) => unknown };
+  [WATCHED]?: Watched;
 }
 
 function isStatus(value: unknown): value is TransactionStatus {
@@ -26,7 +35,8 @@ function isStatus(value: unknown): value is TransactionStatus {
  * {@link SUPPORTED_PG}: `client.getTransactionStatus()` where pg has it (8.21 and later), else the
  * status carried by the protocol's `readyForQuery` message, watched on the client's connection from
  * its first checkout (a pooled idle client is outside any transaction: 'I'). One instance per
- * manager; it keeps what it watches in a WeakMap, so clients are never kept alive by it.
+ * manager; the status is kept on the client (one listener per client, whatever the number of
+ * managers), so it lives and goes with the client.
  *
  * @example
  * const statuses = new TransactionStatuses(pool);
@@ -35,8 +45,6 @@ function isStatus(value: unknown): value is TransactionStatus {
  * statuses.of(client); // 'T'
  */
 export class TransactionStatuses {
-  readonly #watched = new WeakMap<object, Watched>();
-
   /**
    * @throws InvalidOptions when the pool's client class can provide neither (a pg older than 8.11,
    * or not pg at all).
@@ -65,7 +73,7 @@ export class TransactionStatuses {
    */
   watch(client: pg.PoolClient): void {
     const source = client as unknown as StatusSource;
-    if (typeof source.getTransactionStatus === 'function' || this.#watched.has(client)) return;
+    if (typeof source.getTransactionStatus === 'function' || source[WATCHED] !== undefined) return;
     const connection = source.connection;
     if (typeof connection?.on !== 'function') {
       throw new InvalidOptions([
@@ -76,7 +84,7 @@ export class TransactionStatuses {
       ]);
     }
     const watched: Watched = { status: 'I' };
-    this.#watched.set(client, watched);
+    Object.defineProperty(source, WATCHED, { value: watched, enumerable: false, configurable: true });
     connection.on('readyForQuery', (message) => {
       if (isStatus(message?.status)) watched.status = message.status;
     });
@@ -89,6 +97,6 @@ export class TransactionStatuses {
       const status = source.getTransactionStatus();
       return isStatus(status) ? status : 'T';
     }
-    return this.#watched.get(client)?.status ?? 'T';
+    return source[WATCHED]?.status ?? 'T';
   }
 }
