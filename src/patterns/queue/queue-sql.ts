@@ -190,9 +190,10 @@ export function queueStatements(
     // The worker's completion of a batch with grouped jobs on a queue whose limits are concurrency only
     // ($5, the claim's declaration): as complete, and for each group that had k jobs completed it TAKES
     // the group's next k ready jobs for the completing worker (leased with $3 ms, tasks $4; at most $6 in
-    // all, the worker's free room), in claim order within the group. The group's running count stays as it was (k jobs out, k in): its row is neither
-    // locked nor written, and no claim has to find the group again. Only the slots not taken over are
-    // given back (the steps of complete, with their wake-up).
+    // all, the worker's free room), in claim order within the group. The group's running count stays as
+    // it was (k jobs out, k in): its row is neither locked nor written, and no claim has to find the
+    // group again. Only the slots not taken over are given back (the steps of complete, with their
+    // wake-up).
     // Why the limit holds: this statement never raises a group's count. It takes over only where the
     // group's count, as of its snapshot, is within the declared concurrency (after a limit was lowered,
     // slots are given back until the count is within it again); a count is only ever raised by a claim,
@@ -238,7 +239,9 @@ export function queueStatements(
             LIMIT f.take
               FOR UPDATE SKIP LOCKED
          ) w
-         WHERE f.take > 0 AND g.running <= coalesce((coalesce($5::jsonb->'groups'->g.key, $5::jsonb->'default')->>'concurrency')::int, 2147483647)
+         WHERE f.take > 0
+           AND g.running <= coalesce((coalesce($5::jsonb->'groups'->g.key, $5::jsonb->'default')->>'concurrency')::int,
+                                     2147483647)
       ),
       taken AS (
         -- The rows locked in 'successors' (no wait), fetched by address (see ClaimTarget in claim-steps.ts),
