@@ -17,6 +17,7 @@ import { claimTokenMigration } from '../../dist/patterns/queue/migrations/claim-
 import { createTestDatabase, startPostgres } from '../../dist/testing/index.js';
 import { filledQueue } from './filled-queue.mjs';
 import { backendCpuUs } from './server-cpu.mjs';
+import { median, span } from './stats.mjs';
 
 const ROUNDS = Number(process.env.PGTXKIT_TID_ROUNDS ?? 3);
 const JOBS = Number(process.env.PGTXKIT_TID_JOBS ?? 50_000);
@@ -90,8 +91,6 @@ for (let r = 0; r < ROUNDS; r++) {
   }
 }
 
-const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-const span = (xs) => `${median(xs).toFixed(1)} (${Math.min(...xs).toFixed(1)}–${Math.max(...xs).toFixed(1)})`;
 console.log(
   `| claim's UPDATE | backend CPU µs/job, claim + completion: median (min–max) | rows read by sequential scan per claim |`,
 );

@@ -9,6 +9,7 @@
 import pg from 'pg';
 import { z } from 'zod';
 import { createTestDatabase, startPostgres } from '../../dist/testing/index.js';
+import { median, span } from './stats.mjs';
 
 const ROUNDS = Number(process.env.PGTXKIT_SLOW_ROUNDS ?? 3);
 const builds = [['this build', '../../dist/index.js']];
@@ -77,7 +78,6 @@ try {
         process.stderr.write(`round ${round + 1} ${key}: ${r.perSecond.toFixed(0)} jobs/s\n`);
       }
   }
-  const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
   console.log(
     '| build | serial groups | handler wait | jobs/s ÷ bound, median (min–max) | busier worker ran |',
   );
@@ -88,9 +88,7 @@ try {
     const bound = (Math.min(groups, 16) * 1000) / wait;
     const ratios = rs.map((r) => r.perSecond / bound);
     const share = median(rs.map((r) => r.busier));
-    console.log(
-      `| ${name} | ${groups} | ${wait} ms | ${median(ratios).toFixed(2)} (${Math.min(...ratios).toFixed(2)}–${Math.max(...ratios).toFixed(2)}) | ${(share * 100).toFixed(0)}% |`,
-    );
+    console.log(`| ${name} | ${groups} | ${wait} ms | ${span(ratios, 2)} | ${(share * 100).toFixed(0)}% |`);
   }
 } finally {
   await server.stop();

@@ -16,6 +16,7 @@ import { z } from 'zod';
 import { Queue, TxManager } from '../../dist/index.js';
 import { createTestDatabase, startPostgres } from '../../dist/testing/index.js';
 import { serverCpuReader } from './server-cpu.mjs';
+import { span } from './stats.mjs';
 
 const N = Number(process.env.PGTXKIT_PROTO_JOBS ?? 100_000);
 const ROUNDS = Number(process.env.PGTXKIT_PROTO_ROUNDS ?? 3);
@@ -188,9 +189,6 @@ async function burnDown(design) {
   return r;
 }
 
-const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-const span = (xs, digits = 1) =>
-  `${median(xs).toFixed(digits)} (${Math.min(...xs).toFixed(digits)}–${Math.max(...xs).toFixed(digits)})`;
 const results = { current: [], leases: [] };
 const load0 = loadavg()[0];
 try {

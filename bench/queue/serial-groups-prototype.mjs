@@ -27,6 +27,7 @@ import { jobsFromClaim, RAW_TEXT } from '../../dist/patterns/queue/job.js';
 import { createTestDatabase, startPostgres } from '../../dist/testing/index.js';
 import { filledQueue } from './filled-queue.mjs';
 import { backendCpuUs } from './server-cpu.mjs';
+import { span } from './stats.mjs';
 
 const ROUNDS = Number(process.env.PGTXKIT_PROTO_ROUNDS ?? 3);
 const GROUPS = Number(process.env.PGTXKIT_PROTO_GROUPS ?? 1000);
@@ -152,9 +153,6 @@ try {
       );
     }
   }
-  const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-  const span = (xs) =>
-    `${median(xs).toFixed(1)} (${Math.min(...xs).toFixed(1)}–${Math.max(...xs).toFixed(1)})`;
   console.log(
     `${GROUPS} serial groups, one connection, ${ROUNDS} interleaved rounds, load ${load0.toFixed(2)} → ${loadavg()[0].toFixed(2)}`,
   );

@@ -19,6 +19,7 @@ import { jobsFromClaim, RAW_TEXT } from '../../dist/patterns/queue/job.js';
 import { createTestDatabase, startPostgres } from '../../dist/testing/index.js';
 import { filledQueue } from './filled-queue.mjs';
 import { backendCpuUs } from './server-cpu.mjs';
+import { median, span } from './stats.mjs';
 
 const ROUNDS = Number(process.env.PGTXKIT_TAKEOVER_ROUNDS ?? 3);
 const GROUPS = Number(process.env.PGTXKIT_TAKEOVER_GROUPS ?? 1000);
@@ -92,9 +93,6 @@ try {
       process.stderr.write(`round ${round + 1} ${design}: ${r.cpu.toFixed(1)} µs/job\n`);
     }
   }
-  const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-  const span = (xs) =>
-    `${median(xs).toFixed(1)} (${Math.min(...xs).toFixed(1)}–${Math.max(...xs).toFixed(1)})`;
   const base = median(results.get('unlimited').cpu);
   console.log(
     `${GROUPS} groups × concurrency ${LIMIT}, one connection, completions of ${STEP}, ${ROUNDS} interleaved rounds, load ${load0.toFixed(2)} → ${loadavg()[0].toFixed(2)}`,

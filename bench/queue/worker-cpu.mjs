@@ -17,6 +17,7 @@ import { z } from 'zod';
 import { Queue, TxManager } from '../../dist/index.js';
 import { createTestDatabase, startPostgres } from '../../dist/testing/index.js';
 import { serverCpuReader } from './server-cpu.mjs';
+import { span } from './stats.mjs';
 
 const N = Number(process.env.PGTXKIT_CPU_JOBS ?? 20_000);
 const ROUNDS = Number(process.env.PGTXKIT_CPU_ROUNDS ?? 5);
@@ -112,8 +113,6 @@ async function burnDown(system) {
   };
 }
 
-const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-const span = (xs) => `${median(xs).toFixed(1)} (${Math.min(...xs).toFixed(1)}–${Math.max(...xs).toFixed(1)})`;
 const results = new Map(ONLY.map((s) => [s, []]));
 const load0 = loadavg()[0];
 try {
