@@ -264,8 +264,11 @@ describe('upgrade', () => {
       archive: true,
       backoff: { baseMs: 0, capMs: 0 },
     });
-    expect((await queue.migrate())._unsafeUnwrap()).toEqual({ applied: [3, 4, 5, 6, 7, 8, 9], version: 9 });
-    expect((await queue.migrate())._unsafeUnwrap()).toEqual({ applied: [], version: 9 });
+    expect((await queue.migrate())._unsafeUnwrap()).toEqual({
+      applied: [3, 4, 5, 6, 7, 8, 9, 10],
+      version: 10,
+    });
+    expect((await queue.migrate())._unsafeUnwrap()).toEqual({ applied: [], version: 10 });
     (await queue.reap())._unsafeUnwrap();
     const rec = ends();
     const worker = queue.work(

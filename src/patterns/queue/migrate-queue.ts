@@ -18,6 +18,7 @@ import { jobControlMigration } from './migrations/job-control-migration.js';
 import { jobsMigration } from './migrations/jobs-migration.js';
 import { leanClaimMigration } from './migrations/lean-claim-migration.js';
 import { schedulesMigration } from './migrations/schedules-migration.js';
+import { takeOverFunctionMigration } from './migrations/take-over-function-migration.js';
 import { traceContextMigration } from './migrations/trace-context-migration.js';
 
 /** What {@link migrateQueue} did. */
@@ -57,6 +58,7 @@ const MIGRATIONS: readonly Migration[] = [
   leanClaimMigration,
   claimTokenMigration,
   claimByTidMigration,
+  takeOverFunctionMigration,
 ];
 
 /** Stable signed 64-bit advisory key for a schema's migrations (`advisoryKey`: sha-256, not hashtext). */

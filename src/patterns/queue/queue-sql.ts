@@ -1,25 +1,5 @@
 import pg from 'pg';
-import { claimLeasePerClaim } from './migrations/claim-steps.js';
-
-/**
- * What a claim returns: ONE row of aggregates over the claimed jobs (see `ClaimedRow` in job.ts), so the
- * worker's driver decodes four strings per claim instead of a row of strings per job (a claim of 500
- * jobs was 500 rows). `heads`: per job, the fields that are numbers or a uuid joined by commas (id,
- * priority, run_at, attempts, max_attempts, lease_token, lease_expires_at, created_at; the timestamps
- * as whole epoch milliseconds, floor), the jobs joined by semicolons; none of these columns is NULL in a
- * claimed job (the claim sets the lease), so the positions never shift. `tasks` and `payloads`: JSON
- * arrays. `extras`: per job, NULL or the JSON array of its usually-NULL fields. The aggregates read the
- * function's rows in one pass, so their elements are in the same order. `filter`: a FILTER clause (the
- * limited claim's wait row is not a job).
- */
-const epochMs = (column: string) => `floor(extract(epoch FROM ${column}) * 1000)::bigint`;
-const HEAD = `concat_ws(',', j.id, j.priority, ${epochMs('j.run_at')}, j.attempts, j.max_attempts, j.lease_token,
-  ${epochMs('j.lease_expires_at')}, ${epochMs('j.created_at')})`;
-const EXTRAS = `CASE WHEN j.key IS NOT NULL OR j.last_error IS NOT NULL OR j.progress IS NOT NULL OR j.group_key IS NOT NULL
-  OR j.trace_context IS NOT NULL THEN json_build_array(j.key, j.last_error, j.progress, j.group_key, j.trace_context) END`;
-const claimedAggregates = (filter: string) =>
-  `string_agg(${HEAD}, ';')${filter} AS heads, json_agg(j.task)${filter} AS tasks,
-  json_agg(j.payload)${filter} AS payloads, json_agg(${EXTRAS})${filter} AS extras`;
+import { claimedAggregates } from './migrations/claim-steps.js';
 
 /** The ON CONFLICT target matching the partial unique index jobs_key. */
 const KEY_CONFLICT = `(task, key) WHERE key IS NOT NULL AND state IN ('pending', 'running')`;
@@ -205,61 +185,14 @@ export function queueStatements(
     // the jobs taken over (re-checked on their newest version: still pending and ready; one locked by a
     // claim or another settle is skipped, never waited for); the group steps of complete for the slots
     // given back. No new lock order: the only lock waited for is a group row's, in key order, after
-    // every job lock, as in complete.
+    // every job lock, as in complete. The steps are the function complete_take_next of migration 10
+    // (two statements, the second under a new snapshot; plans kept per connection), all inside this
+    // autocommit statement. It returns one row: the ids completed, the wake-up, and the jobs taken over
+    // as a claim returns its jobs.
     completeTakeNext: `
-      WITH done AS (
-        DELETE FROM ${jobs} j
-         USING unnest($1::bigint[], $2::uuid[]) AS i(id, token)
-         WHERE j.id = i.id AND j.lease_token = i.token AND j.state = 'running'
-        RETURNING j.id, j.task, j.payload, j.attempts, j.key, j.last_error, j.created_at, j.progress, j.group_key
-      )${archiveDone('done', 'done')},
-      freed AS MATERIALIZED ${perGroup('done')},
-      budget AS MATERIALIZED (
-        -- No lock. How many of each group's freed slots may be taken over: $6 in all (the room the caller
-        -- has for more jobs), the groups in key order.
-        SELECT f.group_key, f.k,
-               least(f.k, greatest(0, $6::int - (sum(f.k) OVER (ORDER BY f.group_key) - f.k)))::int AS take
-          FROM freed f
-      ),
-      head AS MATERIALIZED (
-        -- No lock: the best priority among the ready jobs of these tasks.
-        SELECT h.priority FROM ${jobs} h
-         WHERE h.state = 'pending' AND h.run_at <= now() AND h.task = ANY($4::text[])
-         ORDER BY h.priority, h.run_at, h.id
-         LIMIT 1
-      ),
-      successors AS MATERIALIZED (
-        SELECT w.tid FROM budget f
-          JOIN ${s}.job_groups g ON g.key = f.group_key
-         CROSS JOIN LATERAL (
-           SELECT n.ctid AS tid FROM ${jobs} n
-            WHERE coalesce(n.group_key, '') = f.group_key AND n.state = 'pending' AND n.run_at <= now()
-              AND n.task = ANY($4::text[]) AND n.priority <= coalesce((SELECT priority FROM head), n.priority)
-            ORDER BY n.priority, n.run_at, n.id
-            LIMIT f.take
-              FOR UPDATE SKIP LOCKED
-         ) w
-         WHERE f.take > 0
-           AND g.running <= coalesce((coalesce($5::jsonb->'groups'->g.key, $5::jsonb->'default')->>'concurrency')::int,
-                                     2147483647)
-      ),
-      taken AS (
-        -- The rows locked in 'successors' (no wait), fetched by address (see ClaimTarget in claim-steps.ts),
-        -- leased as a claim leases them.
-        UPDATE ${jobs} j
-           ${claimLeasePerClaim.replace('lease_ms', '$3::float8')}
-         WHERE j.ctid = ANY(ARRAY(SELECT tid FROM successors))
-        RETURNING j.*
-      ),
-      short AS MATERIALIZED (
-        -- Per group, the slots not taken over.
-        SELECT f.group_key, f.k - coalesce(t.k, 0) AS k FROM freed f
-          LEFT JOIN ${perGroup('taken')} t ON t.group_key = f.group_key
-         WHERE f.k > coalesce(t.k, 0)
-      )${freeSlots(`${s}.job_groups`, jobs, channel, 'short')}
-      SELECT (SELECT coalesce(array_agg(id::text), '{}') FROM done) AS ids, ${woke},
-             ${claimedAggregates('')}
-        FROM (SELECT * FROM taken ORDER BY priority, run_at, id) j`,
+      SELECT r.done, r.woke, r.heads, r.task_names, r.payloads, r.extras
+        FROM ${s}.complete_take_next($1::bigint[], $2::uuid[], $3::float8, $4::text[], $5::jsonb, $6::int,
+                                     ${options.archive ? 'true' : 'false'}) AS r`,
     // Lock: FOR NO KEY UPDATE (row lock of an UPDATE that leaves keys alone) on each job still running
     // under its token. Fenced like complete. Retry at now() + explicit delay, or the job's backoff with
     // full jitter; dead once attempts are used up (or when final). Frees the group slots.

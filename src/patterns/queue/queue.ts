@@ -699,17 +699,21 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
 
   /**
    * As {@link Queue.completeClaimed}, and on a queue whose limits are concurrency only (no `rate`, no
-   * `taskRates`) it takes over the group slots it frees, in the same statement: for each group that had
+   * `taskRates`) it takes over the group slots it frees, in the same call: for each group that had
    * k of these jobs, the group's next k ready jobs of `tasks` (in claim order within the group) are
    * leased to the caller, as a claim leases them, and come back in `next` to be run. The group's count
    * of running jobs does not change, so its row is not written, and no claim has to find the group
    * again: this is how a worker keeps serial groups moving at close to the unlimited queue's speed.
-   * A job is taken over only when no ready job of `tasks` has a better priority, and only while the
-   * group's count is within its declared concurrency (after a limit was lowered, slots are given back
-   * until it is). `max`: at most that many jobs taken over in all (a worker passes the room its local
-   * queue has; the other slots go back). Without limits, with a rate limit declared, for jobs without a
-   * group, or with `max: 0`, `next` is empty and this is completeClaimed. `InvalidOptions` (nothing
-   * sent) for a bad lease, task list or max.
+   * One autocommit call of the schema's `complete_take_next` function (queue migration 10): the jobs
+   * are completed first, then the next ones are looked for under a new snapshot, so a job another
+   * completion has just taken over is not tried (trying it would hold that job's row lock until this
+   * call ends, and make its worker's completion of it wait). A job is taken over only when no ready
+   * job of `tasks` has a better priority, and only while the group's count is within its declared
+   * concurrency (after a limit was lowered, slots are given back until it is). `max`: at most that
+   * many jobs taken over in all (a worker passes the room its local queue has; the other slots go
+   * back). Without limits, with a rate limit declared, for jobs without a group, or with `max: 0`,
+   * `next` is empty and this is completeClaimed. `InvalidOptions` (nothing sent) for a bad lease, task
+   * list or max.
    *
    * @example
    * const claimed = await queue.claim({ batch: 50 });
