@@ -1,43 +1,9 @@
 import pg from 'pg';
 import { claimedAggregates } from './migrations/claim-steps.js';
+import { archiveInsert, freeSlots, perGroup } from './migrations/settle-steps.js';
 
 /** The ON CONFLICT target matching the partial unique index jobs_key. */
 const KEY_CONFLICT = `(task, key) WHERE key IS NOT NULL AND state IN ('pending', 'running')`;
-
-/**
- * The CTEs that give back the group slots of the jobs a settle statement took out of 'running' (`counts`:
- * a relation with one row per group, `group_key` and `k`, the number of its slots to give back), and
- * wake the workers when a group that had a slot freed has ready jobs: with its slots full, the other
- * workers were waiting for this. Lock: FOR UPDATE on those groups IN KEY ORDER (every statement that
- * locks several groups sorts them: two settles sharing groups never deadlock; a claim never waits for a
- * group, it skips it), then the counter UPDATE on the locked rows. They come after the statement's
- * job-row locks. With no slot to give back the key array is empty: nothing is read. The main query must
- * read `slot_wake` (a plain SELECT in WITH runs only when read). The NOTIFY is delivered at COMMIT.
- */
-function freeSlots(groups: string, jobs: string, channel: string, counts: string): string {
-  return `,
-      slot_locks AS MATERIALIZED (
-        SELECT g.key, d.k FROM ${groups} g
-          JOIN ${counts} d ON g.key = d.group_key
-         ORDER BY g.key
-         FOR UPDATE OF g
-      ),
-      slots AS (
-        UPDATE ${groups} g SET running = g.running - l.k
-          FROM slot_locks l
-         WHERE g.key = l.key
-        RETURNING g.key
-      ),
-      slot_wake AS (
-        SELECT pg_notify(${channel}, '') AS woke
-         WHERE EXISTS (SELECT 1 FROM slots s WHERE EXISTS (
-           SELECT 1 FROM ${jobs} p WHERE coalesce(p.group_key, '') = s.key AND p.state = 'pending' AND p.run_at <= now()))
-      )`;
-}
-
-/** The slots to give back for the jobs of `from` (a relation with a `group_key` column): one per grouped job. */
-const perGroup = (from: string) =>
-  `(SELECT f.group_key, count(*)::int AS k FROM ${from} f WHERE f.group_key IS NOT NULL GROUP BY f.group_key)`;
 
 /**
  * Every statement the queue sends, built once per schema (identifiers quoted with escapeIdentifier;
@@ -78,11 +44,7 @@ export function queueStatements(
   /** Reads slot_wake once, so the NOTIFY step runs. */
   const woke = '(SELECT count(*) FROM slot_wake) AS woke';
   const archiveDone = (state: 'done' | 'cancelled', from: string) =>
-    options.archive
-      ? `, archived AS (
-           INSERT INTO ${s}.jobs_archive (id, task, payload, state, attempts, key, last_error, created_at, progress)
-           SELECT id, task, payload, '${state}', attempts, key, last_error, created_at, progress FROM ${from})`
-      : '';
+    options.archive ? `, archived AS (${archiveInsert(`${s}.jobs_archive`, state, from)})` : '';
   // Lock: FOR UPDATE (row lock of DELETE) on each job still running under its lease token. Fenced by
   // id + lease_token + state: a settle whose lease was lost (reaped, re-claimed, cancelled) matches
   // nothing and changes nothing. One statement for a whole batch (unnest). Done jobs are deleted (or

@@ -1,4 +1,5 @@
 import { claimedAggregates, claimLeasePerClaim } from './claim-steps.js';
+import { archiveInsert, freeSlots, perGroup } from './settle-steps.js';
 
 /**
  * Queue migration 10: the completion that takes over the group slots it frees, as a function
@@ -52,12 +53,9 @@ BEGIN
     RETURNING j.id, j.task, j.payload, j.attempts, j.key, j.last_error, j.created_at, j.progress, j.group_key
   ),
   a AS (
-    INSERT INTO {{schema}}.jobs_archive (id, task, payload, state, attempts, key, last_error, created_at, progress)
-    SELECT id, task, payload, 'done', attempts, key, last_error, created_at, progress FROM d WHERE archive
+    ${archiveInsert('{{schema}}.jobs_archive', 'done', 'd')} WHERE archive
   ),
-  f AS (
-    SELECT group_key, count(*)::int AS k FROM d WHERE group_key IS NOT NULL GROUP BY group_key
-  )
+  f AS ${perGroup('d')}
   SELECT (SELECT coalesce(array_agg(id::text), '{}') FROM d), coalesce(fa.keys, '{}'), coalesce(fa.ks, '{}')
     INTO done_ids, freed_keys, freed_k
     FROM (SELECT array_agg(group_key ORDER BY group_key) AS keys, array_agg(k ORDER BY group_key) AS ks FROM f) fa;
@@ -109,36 +107,14 @@ BEGIN
     RETURNING j.*
   ),
   short AS MATERIALIZED (
-    -- Per group, the slots not taken over (every row locked in 'successors' is leased in 'taken').
+    -- Per group, the slots not taken over (every row locked in 'successors' is leased in 'taken'). They
+    -- go back in the steps after it, with the wake-up (freeSlots in settle-steps.ts).
     SELECT f.group_key, f.k - coalesce(c.k, 0) AS k FROM budget f
       LEFT JOIN (SELECT s.group_key, count(*)::int AS k FROM successors s GROUP BY s.group_key) c
         ON c.group_key = f.group_key
      WHERE f.k > coalesce(c.k, 0)
-  ),
-  slot_locks AS MATERIALIZED (
-    -- The slots not taken over go back. Lock: FOR UPDATE on those groups IN KEY ORDER (every statement
-    -- that locks several groups sorts them: two settles sharing groups never deadlock; a claim never
-    -- waits for a group, it skips it), after every job lock above, then the counter UPDATE on the
-    -- locked rows.
-    SELECT g.key, s.k FROM {{schema}}.job_groups g
-      JOIN short s ON g.key = s.group_key
-     WHERE g.key = ANY(ARRAY(SELECT group_key FROM short)) -- primary-key probes, never a scan of every group
-     ORDER BY g.key
-     FOR UPDATE OF g
-  ),
-  slots AS (
-    UPDATE {{schema}}.job_groups g SET running = g.running - l.k
-      FROM slot_locks l
-     WHERE g.key = l.key
-    RETURNING g.key
-  ),
-  slot_wake AS (
-    -- No lock. A group given a slot back that has ready jobs wakes the workers (NOTIFY, delivered at
-    -- COMMIT): with its slots full, the other workers were waiting for this.
-    SELECT pg_notify({{channel}}, '') AS w
-     WHERE EXISTS (SELECT 1 FROM slots s WHERE EXISTS (
-       SELECT 1 FROM {{schema}}.jobs p WHERE coalesce(p.group_key, '') = s.key AND p.state = 'pending' AND p.run_at <= now()))
-  )
+  )${freeSlots('{{schema}}.job_groups', '{{schema}}.jobs', '{{channel}}', 'short')}
+
   -- One row: the ids completed, the wake-up, and the jobs taken over in claim order, as a claim returns
   -- them (see claimedAggregates).
   SELECT done_ids, (SELECT count(*) FROM slot_wake), ${claimedAggregates('')}
