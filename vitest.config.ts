@@ -14,6 +14,7 @@ const THROUGH_PGBOUNCER = /^(tx|patterns|queue)-.*\.test\.ts$/;
 const NEED_PGBOUNCER = [
   'pgbouncer-advisory.test.ts',
   'pgbouncer-capabilities.test.ts',
+  'pgbouncer-pooler-probe.test.ts',
   'security-pooler-refusal.test.ts',
 ];
 

@@ -328,7 +328,8 @@ async function detect(target: CapabilitiesTarget, connectTimeoutMs: number): Pro
  * server facts (`version()`, `server_version_num`, `pg_is_in_recovery()`, `transaction_read_only`,
  * `btree_gist` in `pg_extension` / `pg_available_extensions` and this role's right to install it,
  * `citus`), the transaction-pooler probe that SessionLock and the queue worker use (a second short-lived
- * connection and a repeated `pg_backend_pid()`), then one round trip each for a transaction-scoped
+ * connection, a repeated `pg_backend_pid()`, and when those look like a session a NOTIFY from the second
+ * connection that the first must hear), then one round trip each for a transaction-scoped
  * advisory try-lock, LISTEN + NOTIFY to itself + UNLISTEN, a SERIALIZABLE transaction that reports its
  * level, a FROM-less `SELECT … FOR UPDATE SKIP LOCKED`, and a SAVEPOINT — each rolled back. EXCLUDE
  * constraints cannot be tried without a table: they come from the engine's documentation

@@ -25,7 +25,10 @@ const migrator = new Queue({ pool: direct, txManager: new TxManager(direct), sch
 
 /** Runs a worker on `pool` until `count` jobs completed; returns what its hooks saw. */
 async function runWorker(pool: pg.Pool, listen: boolean, count: number) {
-  const queue = new Queue({ pool, txManager: new TxManager(pool), schema: 'refusal_q', tasks });
+  const logged: { level: string; msg: string | undefined }[] = [];
+  const at = (level: string) => (_obj: object, msg?: string) => void logged.push({ level, msg });
+  const logger = { error: at('error'), warn: at('warn'), info: at('info'), debug: at('debug') };
+  const queue = new Queue({ pool, txManager: new TxManager(pool), schema: 'refusal_q', tasks, logger });
   const errors: { error: unknown; phase: string }[] = [];
   let completed = 0;
   let finish: () => void = () => {};
@@ -41,15 +44,16 @@ async function runWorker(pool: pg.Pool, listen: boolean, count: number) {
     },
     { listen, pollInterval: 50, hooks: { onError: (error, phase) => errors.push({ error, phase }) } },
   );
-  // Until LISTEN is up or refused (bounded: 5 s), so `listening` below is the settled answer.
-  for (let i = 0; i < 500 && listen && !worker.listening && errors.length === 0; i++) {
+  // Until LISTEN is up or refused (bounded: 10 s; a refusal may wait out the probe's notification
+  // round trip), so `listening` below is the settled answer.
+  for (let i = 0; i < 1000 && listen && !worker.listening && errors.length === 0; i++) {
     await new Promise((resolve) => setTimeout(resolve, 10));
   }
   for (let n = 0; n < count; n++) (await queue.enqueue(pool, 't', { n }))._unsafeUnwrap();
   await finished;
   const listening = worker.listening;
   await worker.stop();
-  return { errors, listening, completed };
+  return { errors, listening, completed, logged };
 }
 
 describe('queue worker LISTEN behind a transaction-mode pooler', () => {
@@ -60,11 +64,18 @@ describe('queue worker LISTEN behind a transaction-mode pooler', () => {
     expect(r.errors.map((e) => [e.phase, (e.error as { kind?: string }).kind])).toEqual([
       ['listen', 'TransactionPoolerDetected'],
     ]);
+    expect(String(r.errors[0]?.error)).toMatch(
+      /the queue worker's LISTEN cannot work through a transaction-mode pooler/,
+    );
+    // Said as what happens next: no reconnect loop, polling.
+    expect(r.logged.filter((l) => l.level === 'error').map((l) => l.msg)).toEqual([
+      'pg-txkit queue worker: LISTEN refused; the worker polls every 50 ms instead',
+    ]);
   });
 
   it('listen: false → no error: poll-only is the supported mode behind PgBouncer', async () => {
     const r = await runWorker(pooled, false, 5);
-    expect(r).toMatchObject({ completed: 5, listening: false, errors: [] });
+    expect(r).toMatchObject({ completed: 5, listening: false, errors: [], logged: [] });
   });
 
   it('direct connection → listening, no error (the probe has no false positive)', async () => {

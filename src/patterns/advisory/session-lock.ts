@@ -26,14 +26,16 @@ import { invalid, parseOptions } from './parse-options.js';
  * `pool_mode = transaction` (or a provider's `-pooler` endpoint): consecutive statements may run on
  * different server sessions, so a session lock would be taken on one backend, stay there when the
  * pooler hands that backend to someone else, and the unlock would go elsewhere. Use
- * `withAdvisoryLock` (transaction scope) through such a pooler, or connect directly.
+ * `withAdvisoryLock` (transaction scope) through such a pooler, or connect directly. The queue worker
+ * reports it too (phase `'listen'`): a LISTEN there would never hear a notification, so it polls.
  */
 export class TransactionPoolerDetected extends TxKitError {
   readonly kind = 'TransactionPoolerDetected' as const;
-  /** How it was found: declared in the options, or the backend pids seen by the probe. */
+  /** How it was found: declared in the options, or what the probe saw (backend pids, a lost NOTIFY). */
   readonly evidence: string;
-  constructor(evidence: string) {
-    super(`session locks cannot work through a transaction-mode pooler (${evidence})`);
+  /** `feature`: what cannot work there, for the message (`'session locks'` unless said). */
+  constructor(evidence: string, feature = 'session locks') {
+    super(`${feature} cannot work through a transaction-mode pooler (${evidence})`);
     this.evidence = evidence;
   }
 }

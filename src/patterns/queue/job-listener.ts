@@ -1,6 +1,5 @@
 import pg from 'pg';
-import { detectTransactionPooler } from '../../capabilities/detect-transaction-pooler.js';
-import { looksLikeDatabaseError } from '../../errors/classify.js';
+import { detectTransactionPooler, notifyRefused } from '../../capabilities/detect-transaction-pooler.js';
 import { Unsupported } from '../../errors/errors.js';
 import { fullJitterDelay } from '../../tx/backoff.js';
 import { TransactionPoolerDetected } from '../advisory/session-lock.js';
@@ -21,27 +20,27 @@ export interface JobListenerOptions {
    * down is not repeated: the worker's heartbeat finds that lease gone instead.
    */
   readonly onCancel?: ((id: string) => void) | undefined;
-  /** Called with each connection error; the listener reconnects with a bounded backoff. */
-  readonly onError: (error: unknown) => void;
+  /**
+   * Called with each error and what the listener does next: `'reconnect'` after a connection error
+   * (with a bounded backoff), `'poll'` when the server or a pooler refuses LISTEN (the listener has
+   * stopped; the worker polls).
+   */
+  readonly onError: (error: unknown, next: 'reconnect' | 'poll') => void;
   /** Called each time LISTEN is in place (first connection and every reconnection). */
   readonly onListening?: (() => void) | undefined;
 }
 
 /**
- * SQLSTATEs with which a server refuses LISTEN itself (not a lost connection): 0A000
- * feature_not_supported (an engine without LISTEN/NOTIFY, e.g. CockroachDB), 25006 (a hot standby:
- * "cannot execute LISTEN during recovery"). Reconnecting cannot help: the worker polls.
+ * The server's refusal of LISTEN ({@link NOTIFY_REFUSED}: an engine without LISTEN/NOTIFY, a hot
+ * standby) as {@link Unsupported}, or undefined for any other error. Reconnecting cannot help: the
+ * worker polls.
  */
-const LISTEN_REFUSED = new Set(['0A000', '25006']);
-
-/** The server's refusal of LISTEN as {@link Unsupported}, or undefined for any other error. */
 function listenRefused(error: unknown): Unsupported | undefined {
-  if (!looksLikeDatabaseError(error)) return undefined;
+  if (!notifyRefused(error)) return undefined;
   const { code, message } = error as { code?: unknown; message?: unknown };
-  if (typeof code !== 'string' || !LISTEN_REFUSED.has(code)) return undefined;
   return new Unsupported(
     'listenNotify',
-    `the server refused LISTEN (${code}: ${String(message)}); the worker polls every pollInterval instead`,
+    `the server refused LISTEN (${String(code)}: ${String(message)}); the worker polls every pollInterval instead`,
     error,
   );
 }
@@ -95,7 +94,7 @@ export class JobListener {
 
   /** Starts listening (returns at once; connection errors go to `onError`). */
   start(): void {
-    this.#done = this.#loop().catch((e: unknown) => this.#o.onError(e));
+    this.#done = this.#loop().catch((e: unknown) => this.#o.onError(e, 'poll'));
   }
 
   /** Closes the session and stops reconnecting. Always resolves, whatever the connection's state. */
@@ -151,7 +150,7 @@ export class JobListener {
         const evidence = await this.#orStop(this.#poolerEvidence(client));
         if (evidence !== undefined) {
           if (!this.#stopped)
-            this.#o.onError(new TransactionPoolerDetected(`queue worker LISTEN: ${evidence}`));
+            this.#o.onError(new TransactionPoolerDetected(evidence, "the queue worker's LISTEN"), 'poll');
           await client.end().catch(() => {});
           return;
         }
@@ -166,7 +165,7 @@ export class JobListener {
           // A refusal (not a lost connection) is reported once; retrying would only repeat it.
           const refused = listenRefused(e);
           if (refused === undefined) throw e;
-          if (!this.#stopped) this.#o.onError(refused);
+          if (!this.#stopped) this.#o.onError(refused, 'poll');
           return;
         }
         client.on('notification', (message) => {
@@ -183,11 +182,11 @@ export class JobListener {
         const why = await Promise.race([lost, this.#stopping]);
         this.#listening = false;
         if (this.#stopped) break;
-        this.#o.onError(why);
+        this.#o.onError(why, 'reconnect');
       } catch (e) {
         this.#listening = false;
         if (this.#stopped) break;
-        this.#o.onError(e);
+        this.#o.onError(e, 'reconnect');
       } finally {
         if (this.#client === client) this.#client = undefined;
         void client.end().catch(() => {});

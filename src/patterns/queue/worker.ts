@@ -180,7 +180,15 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
         cancelChannel: store.cancelChannel,
         onWake: () => this.#wake.wake(),
         onCancel: (id) => this.#cancelled(id),
-        onError: (e) => this.#error(e, 'listen', ++this.#listenFailures),
+        onError: (e, next) =>
+          next === 'poll'
+            ? this.#error(
+                e,
+                'listen',
+                1,
+                `LISTEN refused; the worker polls every ${this.#o.pollInterval} ms instead`,
+              )
+            : this.#error(e, 'listen', ++this.#listenFailures),
         onListening: () => {
           if (this.#listenFailures > 0) {
             this.#log.info(
@@ -318,11 +326,11 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
   }
 
   /** Reports an error: hooks.onError and the log (a streak's repeats at debug, after its first line). */
-  #error(error: unknown, phase: WorkerPhase, streak = 1): void {
+  #error(error: unknown, phase: WorkerPhase, streak = 1, message?: string): void {
     this.#counters.errors++;
     const fields = { err: error, phase, channel: this.#store.channel, streak };
     if (streak > 1) this.#log.debug(phase, fields, `${phase} failed again (${streak} in a row)`);
-    else this.#log.error(phase, fields, `${phase} failed; the worker keeps trying`);
+    else this.#log.error(phase, fields, message ?? `${phase} failed; the worker keeps trying`);
     try {
       this.#o.hooks?.onError?.(error, phase);
     } catch {
