@@ -150,8 +150,8 @@ async function notificationArrives(session: ProbeSession, probe: PidQueryable): 
       throw error;
     }
     try {
-      // NOTIFY takes no row lock: at its commit the notification is queued and the listening
-      // backends are signalled (the queue's own lock is held only for the append).
+      // NOTIFY takes no row or table lock. At its commit it holds the server-wide lock that orders
+      // notifying commits while it appends to the notification queue, then signals the listeners.
       await probe.query(`NOTIFY ${channel}`);
     } catch (error) {
       if (!notifyRefused(error)) throw error;
