@@ -2,8 +2,9 @@ import type * as FastCheck from 'fast-check';
 import pg from 'pg';
 import { z } from 'zod/v4';
 import { parseOptions } from '../errors/parse-options.js';
-import { allInterleavings, type Interleaved, interleavingCount, interleavings } from './arbitraries.js';
+import { interleavings } from './arbitraries.js';
 import { formatOutcomes } from './format-outcomes.js';
+import { allInterleavings, type Interleaved, interleavingCount } from './interleavings.js';
 import { Schedule, type ScheduleOptions, type StepOutcome } from './schedule.js';
 
 /** A step of a session in {@link explore}: SQL, or SQL with parameters. */
@@ -23,8 +24,25 @@ export type ExploreInvariant = (
   outcomes: readonly StepOutcome[],
 ) => boolean | string | Promise<boolean | string>;
 
-/** The parts of the fast-check module {@link explore} uses when it samples. */
-export type ExploreFastCheck = Pick<
+/**
+ * The fast-check module, as {@link explore} takes it when it samples (`import fc from 'fast-check'`).
+ * Described by the functions it must have rather than by fast-check's own types, so that
+ * 'pg-txkit/testing' type-checks in a project without fast-check (an optional peer).
+ *
+ * @example
+ * import fc from 'fast-check';
+ * const sampler: ExploreFastCheck = fc;
+ */
+export interface ExploreFastCheck {
+  readonly bigInt: (...args: never[]) => unknown;
+  readonly constant: (...args: never[]) => unknown;
+  readonly constantFrom: (...args: never[]) => unknown;
+  readonly asyncProperty: (...args: never[]) => unknown;
+  readonly check: (...args: never[]) => unknown;
+}
+
+/** The parts of fast-check that sampling calls (the real module, behind {@link ExploreFastCheck}). */
+type FastCheckSampler = Pick<
   typeof FastCheck,
   'bigInt' | 'constant' | 'constantFrom' | 'asyncProperty' | 'check'
 >;
@@ -212,7 +230,8 @@ export async function explore(options: ExploreOptions): Promise<ExploreReport> {
       }
       return { passed: true, exhaustive, interleavings: count, runs: runner.runs };
     }
-    const fc = opts.fc as ExploreFastCheck;
+    // `fc` passed the structural check of ExploreFastCheck; it is the fast-check module.
+    const fc = opts.fc as unknown as FastCheckSampler;
     let last: ExploreCounterexample | undefined;
     const result = await fc.check(
       fc.asyncProperty(interleavings(fc, sessions), async (merged) => {

@@ -1,15 +1,9 @@
 // Public surface of 'pg-txkit/testing' (re-exports only): what docs/testing.md documents, nothing else
 // (test/unit/public-exports.test.ts lists it).
-export {
-  allInterleavings,
-  type FastCheckModule,
-  type Interleaved,
-  type IsolationLevelName,
-  interleavingCount,
-  interleavings,
-  isolationLevel,
-  type SessionsSteps,
-} from './arbitraries.js';
+// The fast-check arbitraries (interleavings, isolationLevel) are the entry point
+// 'pg-txkit/testing/arbitraries' (src/testing/arbitraries.ts): their declarations need fast-check's
+// types, and fast-check is an optional peer.
+
 export {
   type ExploreCounterexample,
   type ExploreDb,
@@ -24,6 +18,13 @@ export { FaultProxy, type FaultProxyOptions } from './fault-proxy.js';
 export { type FormatOutcomesOptions, formatOutcomes } from './format-outcomes.js';
 export { type FormatResultSetInput, formatResultSet } from './format-result-set.js';
 export { type Gate, gate } from './gate.js';
+export {
+  allInterleavings,
+  type Interleaved,
+  type IsolationLevelName,
+  interleavingCount,
+  type SessionsSteps,
+} from './interleavings.js';
 export {
   type IsolationSpec,
   parseIsolationSpec,

@@ -14,10 +14,22 @@ export interface Queryable {
 /** Transaction isolation levels PostgreSQL implements (`read uncommitted` behaves as read committed). */
 export type Isolation = 'read committed' | 'repeatable read' | 'serializable';
 
-/** A callback registered with {@link Tx.afterCommit}. */
-export type AfterCommit = () => void | Promise<void>;
-/** A callback registered with {@link Tx.afterRollback}; receives the error that rolled back. */
-export type AfterRollback = (error: unknown) => void | Promise<void>;
+/**
+ * A callback registered with {@link Tx.afterCommit}. It may return anything: a returned promise is
+ * awaited before the next callback runs, the value is ignored (so `() => mailer.send(…)` fits).
+ *
+ * @example
+ * tx.afterCommit(() => mailer.send(email, { idempotencyKey: `welcome:${id}`, signal }));
+ */
+export type AfterCommit = () => unknown;
+/**
+ * A callback registered with {@link Tx.afterRollback}; receives the error that rolled back. Like
+ * {@link AfterCommit}, it may return anything: a promise is awaited, the value ignored.
+ *
+ * @example
+ * tx.afterRollback((error) => log.warn({ error }, 'order not placed'));
+ */
+export type AfterRollback = (error: unknown) => unknown;
 
 /**
  * The handle of one attempt of a transaction run by `TxManager.do`. It has pg's `query` signatures,

@@ -1,6 +1,6 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { allInterleavings } from '../../src/testing/arbitraries.js';
 import { formatOutcomes } from '../../src/testing/format-outcomes.js';
+import { allInterleavings } from '../../src/testing/interleavings.js';
 import { Schedule, ScheduleError, type ScheduleOptions } from '../../src/testing/schedule.js';
 import { useTestDatabase } from '../helpers.js';
 

@@ -112,8 +112,6 @@ const EXPECTED = {
     'formatResultSet',
     'gate',
     'interleavingCount',
-    'interleavings',
-    'isolationLevel',
     'parseIsolationSpec',
     'runIsolationSpec',
     'specPermutations',
@@ -121,6 +119,7 @@ const EXPECTED = {
     'startPostgres',
     'withDatabase',
   ],
+  'pg-txkit/testing/arbitraries': ['interleavings', 'isolationLevel'],
 } as const;
 
 const DIST = fileURLToPath(new URL('../../dist/index.js', import.meta.url));

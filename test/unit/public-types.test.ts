@@ -174,3 +174,21 @@ describe('error kinds per function', () => {
       >();
     }));
 });
+
+describe('afterCommit / afterRollback take ordinary callbacks', () => {
+  it('a callback may return a value or a promise of one (awaited, the value ignored)', () =>
+    typesOnly(() => {
+      const mailer = { send: async (_to: string): Promise<{ messageId: string }> => ({ messageId: 'm1' }) };
+      void tm.do((tx) => {
+        tx.afterCommit(() => mailer.send('ann@example.com'));
+        tx.afterCommit(() => 42);
+        tx.afterCommit(async () => {});
+        tx.afterRollback((error) => mailer.send(String(error)));
+        tx.afterRollback(() => undefined);
+        // @ts-expect-error: afterCommit callbacks take no argument
+        tx.afterCommit((_x: string) => 1);
+        // @ts-expect-error: a callback, not a value
+        tx.afterCommit(mailer.send('x'));
+      });
+    }));
+});

@@ -1,12 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import {
-  allInterleavings,
-  type Interleaved,
-  interleavingCount,
-  interleavings,
-  isolationLevel,
-} from '../../src/testing/arbitraries.js';
+import { interleavings, isolationLevel } from '../../src/testing/arbitraries.js';
+import { allInterleavings, type Interleaved, interleavingCount } from '../../src/testing/interleavings.js';
 
 /** Is `merged` an order-preserving merge of `sessions` (each step once, each session in order)? */
 function isMergeOf(
