@@ -13,7 +13,7 @@
 // the old leader queues up again behind the others. Never run a session lock through a
 // transaction-mode pooler (PgBouncer pool_mode=transaction, "-pooler" endpoints): SessionLock refuses it.
 import pg from 'pg';
-import { advisoryKey, lockTagOf, SessionLock } from '../src/patterns/advisory/index.js';
+import { advisoryKey, listAdvisoryLocks, SessionLock } from '../src/patterns/advisory/index.js';
 import { startPostgres } from '../src/testing/start-postgres.js';
 
 const server = process.env.DATABASE_URL ? undefined : await startPostgres();
@@ -55,17 +55,11 @@ async function replica(name: string): Promise<void> {
   }
 }
 
-/** The backend holding the leader lock in this database (pg_locks shows a bigint key as classid/objid). */
+/** The backend holding the leader lock in this database (read from pg_locks; takes no lock). */
 async function leaderPid(): Promise<number | undefined> {
-  const tag = lockTagOf(LEADER);
-  // No lock: reads the lock manager's view.
-  const { rows } = await pool.query<{ pid: number }>(
-    `SELECT pid FROM pg_locks
-      WHERE locktype = 'advisory' AND granted AND classid = $1::oid AND objid = $2::oid AND objsubid = $3::int2
-        AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
-    [tag.classid, tag.objid, tag.objsubid],
-  );
-  return rows[0]?.pid;
+  const locks = await listAdvisoryLocks(pool);
+  if (locks.isErr()) throw locks.error;
+  return locks.value.find((l) => l.granted && l.key === LEADER)?.pid;
 }
 
 /** Waits (polling pg_locks) until a replica other than the cut one leads. */

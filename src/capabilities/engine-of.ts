@@ -1,7 +1,7 @@
-/** The PostgreSQL-compatible engines {@link engineOf} tells apart. */
+/** The PostgreSQL-compatible engines `engineOf` (behind `capabilities()`) tells apart. */
 export type Engine = 'postgresql' | 'cockroachdb' | 'yugabytedb' | 'aurora-dsql' | 'citus';
 
-/** What {@link engineOf} looks at: the server's own words, and where the connection goes. */
+/** What `engineOf` (behind `capabilities()`) looks at: the server's own words, and where the connection goes. */
 export interface EngineClues {
   /** `SELECT version()`. */
   readonly version: string;

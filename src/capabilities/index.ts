@@ -4,5 +4,5 @@ export {
   type CapabilitiesTarget,
   capabilities,
 } from './capabilities.js';
-export { type Engine, engineOf } from './engine-of.js';
+export type { Engine } from './engine-of.js';
 export type { ExtensionStatus } from './extension-status.js';

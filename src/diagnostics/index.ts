@@ -1,15 +1,8 @@
 // Public surface of this module (re-exports only).
-export {
-  type BlockingForest,
-  type BlockingNode,
-  buildBlockingForest,
-  queuedBehind,
-} from './blocking-forest.js';
+export type { BlockingForest, BlockingNode } from './blocking-forest.js';
 export { cancelBackend } from './cancel-backend.js';
-export { type DdlInspection, inspectDdl } from './ddl-statement.js';
 export {
   type AdvisoryLockHolder,
-  advisoryKeyParts,
   type LockCascade,
   type LockReport,
   type LockReportOptions,
@@ -17,7 +10,6 @@ export {
   type SuggestedAction,
   type Visibility,
 } from './lock-report.js';
-export { redactQuery, truncateQuery } from './redact-query.js';
 export {
   type DdlAttempt,
   type SafeDdlError,

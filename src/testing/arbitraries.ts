@@ -14,6 +14,8 @@ import {
   unrank,
 } from './interleavings.js';
 
+export type { Interleaved, IsolationLevelName, SessionsSteps };
+
 /**
  * The parts of the fast-check module the arbitraries use: pass `fc` from
  * `import fc from 'fast-check'` (or `import * as fc from 'fast-check'`).
@@ -26,7 +28,7 @@ export type FastCheckModule = Pick<typeof FastCheck, 'bigInt' | 'constant' | 'co
  * (it draws a merge's rank uniformly, with fast-check's usual bias towards the edges). It shrinks
  * towards the serial schedule (all of the first session, then the second, …).
  *
- * With SQL strings as steps, each element is a {@link ScheduleStep} ready for `Schedule.run`.
+ * With SQL strings as steps, each element is a `ScheduleStep` (of 'pg-txkit/testing') ready for `Schedule.run`.
  *
  * @example
  * import fc from 'fast-check';

@@ -19,7 +19,7 @@ export interface TestDatabase {
 
 /** Options of {@link createTestDatabase}. */
 export interface CreateTestDatabaseOptions {
-  /** Template to clone; created on first use with {@link TEMPLATE_EXTENSIONS}. Default `pg_txkit_template`. */
+  /** Template to clone; created on first use with the extension `btree_gist`. Default `pg_txkit_template`. */
   readonly template?: string;
   /** Prefix of the new database's name. Default `t`. */
   readonly prefix?: string;
@@ -70,7 +70,7 @@ export interface EnsureTemplateOptions {
 
 /**
  * Creates the template database (once; safe when several processes race) with the extensions of
- * {@link TEMPLATE_EXTENSIONS}, then your migrations. Called by {@link createTestDatabase}; call it
+ * the extension `btree_gist`, then your migrations. Called by {@link createTestDatabase}; call it
  * yourself in a global setup to pay the cost once.
  *
  * @example
@@ -113,7 +113,7 @@ export async function ensureTemplate(
 
 /**
  * Creates a fresh database for one test file, cloned from a template that has the extensions of
- * {@link TEMPLATE_EXTENSIONS} installed. Tests in different files never share tables.
+ * the extension `btree_gist` installed. Tests in different files never share tables.
  *
  * @example
  * const db = await createTestDatabase(inject('pgUrl'));

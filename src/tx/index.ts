@@ -1,8 +1,7 @@
 // Public surface of the transaction module (re-exports only).
 
-export { type Backoff, fullJitterDelay } from './backoff.js';
-export { type BeginSettings, beginSql } from './begin-sql.js';
-export { type Duration, durationSchema } from './duration.js';
+export type { Backoff } from './backoff.js';
+export type { Duration } from './duration.js';
 export type {
   CallbackErrorEvent,
   CommitEvent,
@@ -12,9 +11,7 @@ export type {
   SlowTransactionEvent,
   TxHooks,
 } from './hooks.js';
-export { planScope, type ScopePlan } from './propagation.js';
-export { type AttemptOutcome, type RetryPolicy, withRetry } from './retry.js';
-export { RETRY_MODES, type RetryMode } from './retryable.js';
+export { isRetryable, RETRY_MODES, RETRY_TABLE, type RetryMode, type RetryRule } from './retryable.js';
 export { type ErrOf, type OkOf, type TxCallback, TxManager } from './tx-manager.js';
 export type {
   ConstraintErrors,
@@ -26,15 +23,12 @@ export {
   DEFAULT_RETRY_ON,
   ISOLATION_LEVELS,
   type IsolationLevel,
-  mergeTxOptions,
   PROPAGATIONS,
   type Propagation,
-  parseTxOptions,
   RETRYABLE_KINDS,
   type RetryableKind,
   type TxOptions,
   type TxSettings,
-  txOptionsSchema,
 } from './tx-options.js';
 export { TxUsageError, type TxUsageReason } from './tx-usage-error.js';
 export type { AfterCommit, AfterRollback, Db, Isolation, Queryable, Tx } from './types.js';

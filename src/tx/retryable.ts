@@ -16,6 +16,10 @@ export interface RetryRule {
  * runs through `tm.do`). A retry re-runs the whole unit of work from a fresh BEGIN, so only kinds whose
  * attempt certainly had no effect may be retried, and only those whose cause a new attempt can fix are
  * retried by default.
+ *
+ * @example
+ * RETRY_TABLE.SerializationFailure.byDefault; // true
+ * RETRY_TABLE.CommitOutcomeUnknown.allowed; // false: never retried, not even when asked
  */
 export const RETRY_TABLE = {
   SerializationFailure: {

@@ -90,7 +90,7 @@ export const txManagerOptionsSchema = z
 
 /**
  * Options of `new TxManager(pool, options)`. The shape is checked at run time by
- * {@link txManagerOptionsSchema}; the generic `C` lets the constraint map's errors flow into the type
+ * `txManagerOptionsSchema`; the generic `C` lets the constraint map's errors flow into the type
  * of `do()`'s errors.
  *
  * @example

@@ -5,10 +5,10 @@ import { toOptionIssues } from '../errors/parse-options.js';
 import { durationSchema, timeoutSchema } from './duration.js';
 import { DEFAULT_RETRY_ON, RETRYABLE_KINDS } from './retryable.js';
 
-/** Isolation levels accepted by {@link TxOptions.isolation}. */
+/** Isolation levels accepted by `TxOptions.isolation`. */
 export const ISOLATION_LEVELS = ['read committed', 'repeatable read', 'serializable'] as const;
 
-/** Propagation modes accepted by {@link TxOptions.propagation}. */
+/** Propagation modes accepted by `TxOptions.propagation`. */
 export const PROPAGATIONS = ['required', 'nested', 'requiresNew', 'mandatory'] as const;
 
 export { DEFAULT_RETRY_ON, RETRYABLE_KINDS, type RetryableKind } from './retryable.js';

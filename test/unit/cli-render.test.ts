@@ -11,7 +11,8 @@ import { renderLockReport } from '../../src/cli/render-lock-report.js';
 import { renderRatioChart } from '../../src/cli/render-ratio-chart.js';
 import { renderTable } from '../../src/cli/render-table.js';
 import { createStyle } from '../../src/cli/style.js';
-import { buildBlockingForest, type LockReport, type SessionInfo } from '../../src/diagnostics/index.js';
+import { buildBlockingForest } from '../../src/diagnostics/blocking-forest.js';
+import type { LockReport, SessionInfo } from '../../src/diagnostics/index.js';
 
 function sink(isTTY: boolean) {
   const chunks: string[] = [];

@@ -1,13 +1,9 @@
 import { describe, expect, it } from 'vitest';
-import {
-  advisoryKeyParts,
-  buildBlockingForest,
-  inspectDdl,
-  queuedBehind,
-  redactQuery,
-  type SessionInfo,
-  truncateQuery,
-} from '../../src/diagnostics/index.js';
+import { buildBlockingForest, queuedBehind } from '../../src/diagnostics/blocking-forest.js';
+import { inspectDdl } from '../../src/diagnostics/ddl-statement.js';
+import { advisoryKeyParts } from '../../src/diagnostics/lock-report.js';
+import { redactQuery, truncateQuery } from '../../src/diagnostics/redact-query.js';
+import type { SessionInfo } from '../../src/diagnostics/session.js';
 
 describe('redactQuery', () => {
   it.each([

@@ -1,4 +1,4 @@
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 
@@ -40,6 +40,7 @@ const EXPECTED = {
     'QueueWorker',
     'RETRYABLE_KINDS',
     'RETRY_MODES',
+    'RETRY_TABLE',
     'ReadOnlyTransaction',
     'RetriesExhausted',
     'SINGLE_RUN_TABLE',
@@ -57,44 +58,27 @@ const EXPECTED = {
     'acquireXactLocks',
     'advisoryKey',
     'advisoryKeyPair',
-    'advisoryKeyParts',
-    'beginSql',
-    'buildBlockingForest',
     'capabilities',
     'cancelBackend',
     'classify',
-    'durationSchema',
-    'engineOf',
     'findLeakedAdvisoryLocks',
     'formatAdvisoryKey',
-    'fullJitterDelay',
     'insertOnce',
-    'inspectDdl',
     'isAdvisoryKey',
+    'isRetryable',
     'isTx',
     'keyFromLockTag',
     'listAdvisoryLocks',
     'lockReport',
     'lockRows',
-    'lockTagOf',
-    'mergeTxOptions',
     'migrateSingleRun',
-    'parseTxOptions',
-    'planScope',
-    'queuedBehind',
-    'redactQuery',
     'safeDdl',
     'scheduledTick',
     'singleRun',
-    'singleRunTableSql',
     'terminateBackend',
-    'truncateQuery',
-    'txOptionsSchema',
     'updateWhere',
     'upsert',
     'withAdvisoryLock',
-    'withRetry',
-    'workOptionsSchema',
   ],
   'pg-txkit/testing': [
     'FaultProxy',
@@ -133,4 +117,20 @@ describe('public runtime exports (the built package)', () => {
       expect(Object.keys(ns).sort()).toEqual([...EXPECTED[entry]].sort());
     },
   );
+});
+
+describe('every entry point of package.json exports is pinned', () => {
+  const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as {
+    name: string;
+    exports: Record<string, string | { types?: string }>;
+  };
+  const entries = Object.entries(pkg.exports)
+    .filter(([, target]) => typeof target === 'object' && typeof target.types === 'string')
+    .map(([subpath]) => (subpath === '.' ? pkg.name : `${pkg.name}/${subpath.slice(2)}`));
+
+  it.each(entries)('%s has its runtime names listed here and an API report in api/', (entry) => {
+    expect(Object.keys(EXPECTED)).toContain(entry);
+    const report = new URL(`../../api/${entry.replaceAll('/', '-')}.api.md`, import.meta.url);
+    expect(existsSync(report), `run \`npm run api:report\` and commit ${report.pathname}`).toBe(true);
+  });
 });

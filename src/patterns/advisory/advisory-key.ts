@@ -144,7 +144,7 @@ export function lockTagOf(key: AnyAdvisoryKey): { classid: number; objid: number
 }
 
 /**
- * The key a `pg_locks` row describes (inverse of {@link lockTagOf}): a bigint for `objsubid = 1`,
+ * The key a `pg_locks` row describes (inverse of `lockTagOf`): a bigint for `objsubid = 1`,
  * a pair for `objsubid = 2`.
  *
  * @example

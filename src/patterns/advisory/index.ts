@@ -8,7 +8,6 @@ export {
   formatAdvisoryKey,
   isAdvisoryKey,
   keyFromLockTag,
-  lockTagOf,
 } from './advisory-key.js';
 export {
   type AdvisoryLockInfo,
@@ -32,7 +31,6 @@ export {
   type SingleRunError,
   type SingleRunSpec,
   singleRun,
-  singleRunTableSql,
 } from './single-run.js';
 export {
   type AdvisoryLockError,

@@ -48,5 +48,4 @@ export type {
   WorkHandlers,
   WorkOptionsInput,
 } from './work-options.js';
-export { workOptionsSchema } from './work-options.js';
 export { QueueWorker } from './worker.js';

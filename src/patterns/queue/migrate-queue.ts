@@ -21,7 +21,7 @@ import { schedulesMigration } from './migrations/schedules-migration.js';
 import { takeOverFunctionMigration } from './migrations/take-over-function-migration.js';
 import { traceContextMigration } from './migrations/trace-context-migration.js';
 
-/** What {@link migrateQueue} did. */
+/** What `queue.migrate()` did. */
 export interface MigrateResult {
   /** Versions applied by this call (empty when the schema was already up to date). */
   readonly applied: readonly number[];
@@ -29,7 +29,7 @@ export interface MigrateResult {
   readonly version: number;
 }
 
-/** Where {@link migrateQueue} reports: the queue's logger and OpenTelemetry API. */
+/** Where `queue.migrate()` reports: the queue's logger and OpenTelemetry API. */
 export interface MigrateObservers {
   readonly logger?: Logger | undefined;
   readonly telemetry?: OpenTelemetryApi | undefined;

@@ -968,7 +968,7 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
   }
 
   /**
-   * Writes a progress value already turned into JSON by {@link progressJson} (validated, size-capped),
+   * Writes a progress value already turned into JSON by `progressJson` (validated, size-capped),
    * fenced like {@link Queue.progress}. Used by `ctx.progress`, which validates when it is called and
    * writes later (coalesced).
    *

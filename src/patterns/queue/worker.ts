@@ -22,9 +22,9 @@ import {
 
 /**
  * A running worker (from `queue.work()`). Its claim loop takes batches for its free slots and, under a
- * backlog, for a local queue that grows with it (`prefetch: 'auto'`); a {@link HandlerRunner} runs the
- * handlers and their heartbeat; a {@link SettleBatcher} writes completions and failures in batches; a
- * {@link JobListener} LISTENs on a connection of its own (plus a polling backstop); the reaper runs on
+ * backlog, for a local queue that grows with it (`prefetch: 'auto'`); a `HandlerRunner` runs the
+ * handlers and their heartbeat; a `SettleBatcher` writes completions and failures in batches; a
+ * `JobListener` LISTENs on a connection of its own (plus a polling backstop); the reaper runs on
  * a timer; stop() works in two phases. Never produces an unhandled rejection: errors go to hooks.
  *
  * @example
