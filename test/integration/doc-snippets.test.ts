@@ -1,5 +1,5 @@
-// Every ```ts block of README.md and docs/*.md compiles against the BUILT package under plain strict
-// TypeScript, as a user's project would compile it ('pg-txkit' and 'pg-txkit/testing' resolve to
+// Every ```ts block of README.md and docs/*.md compiles against the BUILT package under strict
+// TypeScript with noUncheckedIndexedAccess and exactOptionalPropertyTypes, as a user's project would compile it ('pg-txkit' and 'pg-txkit/testing' resolve to
 // dist/ through package.json's exports), and the complete programs among them run against this run's
 // PostgreSQL (DATABASE_URL = a fresh database per block).
 //
@@ -198,6 +198,8 @@ function setUpProject(publicNames: { main: string[]; testing: string[] }): Map<s
         module: 'NodeNext',
         moduleResolution: 'NodeNext',
         strict: true,
+        noUncheckedIndexedAccess: true,
+        exactOptionalPropertyTypes: true,
         skipLibCheck: true,
         types: ['node'],
         outDir: 'out',
