@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Thin launcher: the command line lives in dist/cli (built by `npm install` through the prepare script).
+// Thin launcher: the command line lives in dist/cli (built by `npm run build`; at prepack for the package).
 import { main } from '../dist/cli/main.js';
 
 const code = await main(process.argv.slice(2));
