@@ -8,7 +8,8 @@
 //                                         an export has no doc comment, or when a {@link} does not resolve
 //   node scripts/api-report.mjs --update  (npm run api:report) rewrites api/*.api.md (then review and commit the diff)
 //
-// Also writes the doc model (build/api-model/*.api.json) that `npm run docs` turns into the reference.
+// Also writes the doc model (build/api-model/<entry>/*.api.json) that `npm run docs` turns into the
+// reference (scripts/api-reference.mjs).
 // Needs `npm run build` first. API Extractor brings its own TypeScript (it cannot use TypeScript 7).
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -36,7 +37,9 @@ const FAIL = { logLevel: 'error', addToApiReportFile: false };
 const IGNORE = { logLevel: 'none', addToApiReportFile: false };
 
 function configFor(entry) {
-  const model = join(ROOT, 'build', 'api-model');
+  // one folder per entry point: API Documenter loads one model per package name, and every entry point
+  // of this package has the same name
+  const model = join(ROOT, 'build', 'api-model', entry.fileName);
   mkdirSync(model, { recursive: true });
   mkdirSync(join(ROOT, 'build', 'api-report'), { recursive: true });
   return ExtractorConfig.prepare({
@@ -107,7 +110,9 @@ for (const entry of entryPoints()) {
       if (message.logLevel === 'none') message.handled = true;
     },
   });
-  const undocumented = undocumentedExports(join(ROOT, 'build', 'api-model', `${entry.fileName}.api.json`));
+  const undocumented = undocumentedExports(
+    join(ROOT, 'build', 'api-model', entry.fileName, `${entry.fileName}.api.json`),
+  );
   for (const name of undocumented) console.error(`${entry.importPath}: export ${name} has no doc comment`);
   if (!result.succeeded || undocumented.length) {
     failed++;
