@@ -77,7 +77,8 @@ describe('links in the README and docs resolve inside the packed package', () =>
     const broken: string[] = [];
     for (const link of linksOf(text)) {
       const [path = '', anchor] = link.split('#', 2);
-      const target = path === '' ? page : normalize(join(dirname(page), decodeURIComponent(path))).replace(/\\/g, '/');
+      const target =
+        path === '' ? page : normalize(join(dirname(page), decodeURIComponent(path))).replace(/\\/g, '/');
       const isDir = [...packed].some((f) => f.startsWith(`${target.replace(/\/$/, '')}/`));
       if (!packed.has(target) && !isDir) {
         broken.push(`${link} (${target} is not in the tarball)`);
