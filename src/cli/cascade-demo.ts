@@ -176,6 +176,7 @@ async function runCascade(
       naive,
       pattern,
       anomalyLabel: 'readers stuck behind the ALTER',
+      unit: 'readers/s',
       note:
         `naive: ${readers} reader(s) queued behind the waiting ALTER (pid ${alterPid}) for the whole ${windowMs} ms watched; ` +
         `safeDdl gave up ${gaveUp}× (lock_timeout ${lockTimeout} ms), let them through, and succeeded on attempt ${attempts.length}`,

@@ -34,7 +34,6 @@ export interface DemoRow {
   readonly id: string;
   readonly title: string;
   readonly pattern: string;
-  readonly source: string;
   readonly result: ScenarioResult | undefined;
   readonly error: string | undefined;
 }
@@ -58,9 +57,7 @@ function isScenario(value: unknown): value is Scenario {
  * @example
  * const { scenarios, problems } = await loadScenarios(dir);
  */
-export async function loadScenarios(
-  dir: string,
-): Promise<{ scenarios: { scenario: Scenario; source: string }[]; problems: string[] }> {
+export async function loadScenarios(dir: string): Promise<{ scenarios: Scenario[]; problems: string[] }> {
   const typescript = import.meta.url.endsWith('.ts');
   const { items, problems } = await loadModules(
     dir,
@@ -71,9 +68,7 @@ export async function loadScenarios(
     { typescript },
   );
   return {
-    scenarios: items.flatMap((i) =>
-      i.value.map((scenario) => ({ scenario, source: i.file.replace(/^.*[\\/]/, '') })),
-    ),
+    scenarios: items.flatMap((i) => i.value),
     problems: problems.map((p) => `skipped ${p.file}: ${p.reason} (expected export: scenarios: Scenario[])`),
   };
 }
@@ -92,12 +87,9 @@ export async function runDemo(options: DemoOptions, io: CliIo): Promise<ExitCode
   const loaded = await loadScenarios(dir);
   for (const p of loaded.problems) err(`warning: ${p}`);
   let observation: CascadeObservation | undefined;
-  const all = [
-    ...loaded.scenarios,
-    { scenario: createCascadeScenario((o) => (observation = o)), source: 'built-in' },
-  ];
+  const all = [...loaded.scenarios, createCascadeScenario((o) => (observation = o))];
   const seen = new Set<string>();
-  const unique = all.filter(({ scenario }) => {
+  const unique = all.filter((scenario) => {
     if (seen.has(scenario.id)) {
       err(`warning: duplicate scenario id ${scenario.id}; the first one is kept`);
       return false;
@@ -113,7 +105,7 @@ export async function runDemo(options: DemoOptions, io: CliIo): Promise<ExitCode
       );
     }
   }
-  const selected = options.only ? unique.filter((s) => options.only?.includes(s.scenario.id)) : unique;
+  const selected = options.only ? unique.filter((s) => options.only?.includes(s.id)) : unique;
 
   let server: StartedPostgres | undefined;
   let adminUrl: string;
@@ -129,7 +121,7 @@ export async function runDemo(options: DemoOptions, io: CliIo): Promise<ExitCode
   }
   const rows: DemoRow[] = [];
   try {
-    for (const { scenario, source } of selected) {
+    for (const scenario of selected) {
       if (io.signal.aborted) break;
       const bar = new ProgressBar(io.stderr, scenario.id);
       // One listener per client on a shared signal is normal here (--clients 16 and more): no
@@ -147,14 +139,14 @@ export async function runDemo(options: DemoOptions, io: CliIo): Promise<ExitCode
           signal: scenarioSignal,
         });
         if (!isResult(result)) throw new Error('the scenario returned a malformed result');
-        rows.push({ ...describe(scenario, source), result, error: undefined });
+        rows.push({ ...describe(scenario), result, error: undefined });
         bar.done(result.pattern.anomalies === 0 ? 'ok' : 'PATTERN ANOMALIES');
       } catch (error) {
         if (io.signal.aborted) {
           bar.done('interrupted');
           break;
         }
-        rows.push({ ...describe(scenario, source), result: undefined, error: oneLine(error) });
+        rows.push({ ...describe(scenario), result: undefined, error: oneLine(error) });
         bar.done(`failed: ${oneLine(error)}`);
       } finally {
         await db?.drop().catch((e: unknown) => {
@@ -192,8 +184,8 @@ export async function runDemo(options: DemoOptions, io: CliIo): Promise<ExitCode
   return failed ? EXIT.findings : EXIT.ok;
 }
 
-function describe(scenario: Scenario, source: string) {
-  return { id: scenario.id, title: scenario.title, pattern: scenario.pattern, source };
+function describe(scenario: Scenario) {
+  return { id: scenario.id, title: scenario.title, pattern: scenario.pattern };
 }
 
 function isResult(value: unknown): value is ScenarioResult {
@@ -237,7 +229,9 @@ function renderDemo(
     );
   }
   const n = (x: number) => String(x);
-  const ops = (x: number) => (x >= 100 ? x.toFixed(0) : x.toFixed(1));
+  // Each cell says its unit: a scenario counts its own kind of operation (transfers, readers …).
+  const rate = (x: number, unit: string | undefined) =>
+    `${x >= 100 ? x.toFixed(0) : x.toFixed(1)} ${unit ?? 'ops/s'}`;
   out.push(
     style('bold', '── Summary ──'),
     renderTable(
@@ -246,8 +240,8 @@ function renderDemo(
         { header: 'pattern' },
         { header: 'naive anomalies', align: 'right' },
         { header: 'pattern anomalies', align: 'right' },
-        { header: 'naive ops/s', align: 'right' },
-        { header: 'pattern ops/s', align: 'right' },
+        { header: 'naive throughput', align: 'right' },
+        { header: 'pattern throughput', align: 'right' },
         { header: 'anomaly' },
       ],
       rows.map((r) =>
@@ -257,12 +251,18 @@ function renderDemo(
               r.pattern,
               n(r.result.naive.anomalies),
               n(r.result.pattern.anomalies),
-              ops(r.result.naive.opsPerSec),
-              ops(r.result.pattern.opsPerSec),
+              rate(r.result.naive.opsPerSec, r.result.unit),
+              rate(r.result.pattern.opsPerSec, r.result.unit),
               r.result.anomalyLabel,
             ]
           : [r.id, r.pattern, '-', '-', '-', '-', `FAILED: ${r.error ?? ''}`],
       ),
+    ),
+  );
+  out.push(
+    style(
+      'dim',
+      "Throughput counts every operation, the wrong ones too: a naive row's higher number is work done wrong (its anomalies), not a faster pattern.",
     ),
   );
   const notes = rows.filter((r) => r.result?.note).map((r) => `  ${r.id}: ${r.result?.note}`);

@@ -23,10 +23,15 @@ export interface DoctorOptions {
   readonly queueSchemas?: readonly string[] | undefined;
   /** The oldest ready job older than this (ms) is a finding. Default 5 min. */
   readonly queueLagMs?: number | undefined;
+  /** Report the queues' health beside the lock report (`--no-queues`: false). Default true. */
+  readonly queues?: boolean | undefined;
 }
 
-/** What `doctor --json` prints: the lock report and the queues' health. */
-export type DoctorReport = LockReport & { readonly queues: readonly QueueHealth[] };
+/**
+ * What `doctor --json` prints: the lock report and the queues' health (no `queues` key with
+ * `--no-queues`).
+ */
+export type DoctorReport = LockReport & { readonly queues?: readonly QueueHealth[] };
 
 /**
  * Serializes a lock report (or anything holding bigints and dates) to JSON: bigints become decimal
@@ -64,13 +69,16 @@ export async function runDoctor(options: DoctorOptions, io: CliIo): Promise<Exit
   try {
     for (let round = 0; ; round++) {
       const report = await take(pool, options);
-      const queues = await connected(options.url, () => queuesOf(pool, options));
-      const healthy = report.healthy && queues.every((q) => q.findings.length === 0);
-      if (options.json) io.stdout.write(toJson({ ...report, queues } satisfies DoctorReport));
+      const queues =
+        options.queues === false ? undefined : await connected(options.url, () => queuesOf(pool, options));
+      const healthy = report.healthy && (queues ?? []).every((q) => q.findings.length === 0);
+      if (options.json)
+        io.stdout.write(toJson((queues ? { ...report, queues } : report) satisfies DoctorReport));
       else {
         if (options.watchSeconds !== undefined && io.stdout.isTTY) io.stdout.write('\x1b[2J\x1b[H');
         else if (round > 0) io.stdout.write('\n');
-        io.stdout.write(`${renderLockReport(report, style)}\n\n${renderQueueHealth(queues, style)}\n`);
+        const queueTable = queues ? `\n${renderQueueHealth(queues, style)}\n` : '';
+        io.stdout.write(`${renderLockReport(report, style)}\n${queueTable}`);
       }
       if (options.watchSeconds === undefined) return healthy ? EXIT.ok : EXIT.findings;
       try {

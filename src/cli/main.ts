@@ -146,8 +146,17 @@ export async function main(argv: string[], ioOverride?: CliIo): Promise<number> 
         .argParser(intIn(1, 3600))
         .preset(2),
     )
-    .option('--idle <duration>', 'idle-in-transaction threshold', duration, 30_000)
-    .option('--long-wait <duration>', 'long lock wait threshold', duration, 5_000)
+    // Durations show as they are written ('30s'), not as the milliseconds they parse to.
+    .addOption(
+      new Option('--idle <duration>', 'idle-in-transaction threshold')
+        .argParser(duration)
+        .default(30_000, '30s'),
+    )
+    .addOption(
+      new Option('--long-wait <duration>', 'long lock wait threshold')
+        .argParser(duration)
+        .default(5_000, '5s'),
+    )
     .option('--redact', 'replace literals in queries with $?', false)
     .option('--all-databases', 'every database of the server, not only the one connected to', false)
     .option(
@@ -155,7 +164,12 @@ export async function main(argv: string[], ioOverride?: CliIo): Promise<number> 
       'queue schemas to report on (default: every pg-txkit queue found)',
       list,
     )
-    .option('--queue-lag <duration>', 'a ready job waiting longer than this is a finding', duration, 300_000)
+    .addOption(
+      new Option('--queue-lag <duration>', 'a ready job waiting longer than this is a finding')
+        .argParser(duration)
+        .default(300_000, '5min'),
+    )
+    .option('--no-queues', "the lock report alone, without the queues' health")
     .action(async (opts: Record<string, unknown>) => {
       code = await runDoctor(
         {
@@ -168,6 +182,7 @@ export async function main(argv: string[], ioOverride?: CliIo): Promise<number> 
           allDatabases: opts.allDatabases === true,
           queueSchemas: opts.queueSchema as string[] | undefined,
           queueLagMs: opts.queueLag as number,
+          queues: opts.queues !== false,
         },
         io,
       );
@@ -180,7 +195,12 @@ export async function main(argv: string[], ioOverride?: CliIo): Promise<number> 
     )
     .option('--url <conn>', 'use this server (needs CREATEDB) instead of starting one (or $DATABASE_URL)')
     .option('--clients <n>', 'concurrent clients per scenario', intIn(1, 200), 16)
-    .option('--scale <x>', 'workload scale (1 = default; tests use 0.05)', positiveNumber(100), 1)
+    .option(
+      '--scale <x>',
+      'workload size: 1 = the full run (about a minute), 0.05 = a quick look',
+      positiveNumber(100),
+      1,
+    )
     .option('--only <ids>', 'comma-separated scenario ids', list)
     .option('--json', 'machine-readable output', false)
     .action(async (opts: Record<string, unknown>) => {

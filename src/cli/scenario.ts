@@ -11,7 +11,7 @@ export interface SideResult {
   readonly operations: number;
   /** Anomalies found by the scenario's checker (lost updates, oversold units, duplicates …). */
   readonly anomalies: number;
-  /** Operations per second over the side's wall time. */
+  /** Operations per second over the side's wall time (in the scenario's {@link ScenarioResult.unit}). */
   readonly opsPerSec: number;
 }
 
@@ -23,6 +23,8 @@ export interface ScenarioResult {
   readonly pattern: SideResult;
   /** What an anomaly means here, e.g. 'oversold seats' (shown in the table). */
   readonly anomalyLabel: string;
+  /** What one operation is, for the throughput columns: `'ops/s'` when absent, e.g. `'readers/s'`. */
+  readonly unit?: string;
   /** Optional extra line for the report. */
   readonly note?: string;
 }

@@ -132,7 +132,31 @@ describe('pg-txkit demo', () => {
     expect(r.stdout).toContain('Lock-queue cascades (root cause)');
     expect(r.stdout).toContain('attempt 1: gave up (LockNotAvailable 55P03)');
     expect(r.stdout).toMatch(/lock-queue-cascade\s+safeDdl\s+3\s+0\s+/);
+    // one unit per cell (this scenario counts readers), and the legend under the table
+    expect(r.stdout).toMatch(/naive throughput\s+pattern throughput/);
+    expect(r.stdout).toMatch(/lock-queue-cascade\s+safeDdl\s+3\s+0\s+[\d.]+ readers\/s\s+[\d.]+ readers\/s/);
+    expect(r.stdout).not.toContain('ops/s');
+    expect(r.stdout).toContain("a naive row's higher number is work done wrong");
     expect(r.stderr).toContain('lock-queue-cascade: ok');
+  });
+
+  it('--json rows carry what a user reads (no internal fields such as the module a scenario came from)', async () => {
+    const r = await runMain([
+      'demo',
+      '--url',
+      serverUrl(),
+      '--scale',
+      '0.05',
+      '--clients',
+      '3',
+      '--only',
+      'lock-queue-cascade',
+      '--json',
+    ]);
+    expect(r.code).toBe(0);
+    const [row] = (JSON.parse(r.stdout) as { scenarios: Record<string, unknown>[] }).scenarios;
+    expect(Object.keys(row ?? {}).sort()).toEqual(['id', 'pattern', 'result', 'title']);
+    expect(row?.result).toMatchObject({ unit: 'readers/s', anomalyLabel: 'readers stuck behind the ALTER' });
   });
 
   it('Ctrl-C stops cleanly: exit 130, connections closed, its database dropped', async () => {

@@ -49,6 +49,18 @@ describe('pg-txkit doctor: queue health', () => {
     expect(r.stdout).toMatch(/! doc_q2: 2 dead job\(s\)/);
   });
 
+  it('--no-queues: the lock report alone (no queue table, no queues key, queue findings do not count)', async () => {
+    const text = await runMain(['doctor', '--url', url, '--no-queues']);
+    expect(text.code).toBe(0); // the queues' findings (dead jobs, an expired lease) are not asked for
+    expect(text.stdout).toContain('Blocking tree (root blockers first)');
+    expect(text.stdout).not.toContain('Queues');
+    const json = await runMain(['doctor', '--url', url, '--no-queues', '--json']);
+    expect(json.code).toBe(0);
+    const report = JSON.parse(json.stdout) as Record<string, unknown>;
+    expect(report).not.toHaveProperty('queues');
+    expect(report).toHaveProperty('forest', []);
+  });
+
   it('--queue-schema naming a schema without a queue says so', async () => {
     const r = await runMain(['doctor', '--url', url, '--queue-schema', 'nope']);
     expect(r.code).not.toBe(0);

@@ -131,6 +131,18 @@ describe('pg-txkit bad arguments (in-process main)', () => {
     }
   });
 
+  it('help shows durations as they are written, and speaks to the user, not to our tests', async () => {
+    const doctor = (await runMain(['doctor', '--help'])).stdout.replace(/\s+/g, ' ');
+    expect(doctor).toContain('idle-in-transaction threshold (default: 30s)');
+    expect(doctor).toContain('long lock wait threshold (default: 5s)');
+    expect(doctor).toContain('is a finding (default: 5min)');
+    expect(doctor).not.toMatch(/default: \d{4,}\)/); // no raw milliseconds
+    expect(doctor).toContain('--no-queues');
+    const demo = (await runMain(['demo', '--help'])).stdout.replace(/\s+/g, ' ');
+    expect(demo).not.toMatch(/tests? use/);
+    expect(demo).toContain('1 = the full run');
+  });
+
   it('lists only commands that work from an installed package (the benchmarks are a repository script)', async () => {
     const help = await runMain(['--help']);
     expect(help.stdout).toMatch(/\bdoctor\b/);
