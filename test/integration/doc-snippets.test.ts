@@ -1,7 +1,8 @@
-// Every ```ts block of README.md and docs/*.md compiles against the BUILT package under strict
-// TypeScript with noUncheckedIndexedAccess and exactOptionalPropertyTypes, as a user's project would compile it ('pg-txkit' and 'pg-txkit/testing' resolve to
-// dist/ through package.json's exports), and the complete programs among them run against this run's
-// PostgreSQL (DATABASE_URL = a fresh database per block).
+// Every ```ts block of README.md and docs/*.md compiles against the BUILT package as a careful user's
+// project would compile it: strict, noUncheckedIndexedAccess, exactOptionalPropertyTypes and
+// skipLibCheck: false ('pg-txkit' and 'pg-txkit/testing' resolve to dist/ through package.json's
+// exports), and the complete programs among them run against this run's PostgreSQL (DATABASE_URL = a
+// fresh database per block).
 //
 // A block whose first line is `// fragment: declares a, b` is part of a larger program: it is compiled
 // with `a` and `b` declared (types from FREE_VARIABLES below, or `name: Type` in the line itself) and
@@ -200,7 +201,7 @@ function setUpProject(publicNames: { main: string[]; testing: string[] }): Map<s
         strict: true,
         noUncheckedIndexedAccess: true,
         exactOptionalPropertyTypes: true,
-        skipLibCheck: true,
+        skipLibCheck: false,
         types: ['node'],
         outDir: 'out',
         noEmitOnError: false,
