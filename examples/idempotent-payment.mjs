@@ -20,7 +20,8 @@ try {
     CREATE TABLE ex_payments (id serial PRIMARY KEY, request text NOT NULL, amount int NOT NULL);
     CREATE TABLE ex_naive_keys (key text NOT NULL, payment_id int NOT NULL);`);
   const keys = new IdempotencyKeys(tm, { table: 'ex_payment_keys', ttl: '24h' });
-  (await keys.migrate())._unsafeUnwrap();
+  const table = await keys.migrate();
+  if (table.isErr()) throw table.error;
 
   const charge = (key, body) =>
     keys.run(
@@ -37,7 +38,10 @@ try {
 
   const body = { amount: 100, currency: 'EUR' };
   const retries = await Promise.all(Array.from({ length: 10 }, () => charge('req-1', body)));
-  const answers = retries.map((r) => r._unsafeUnwrap());
+  const answers = retries.map((r) => {
+    if (r.isErr()) throw r.error;
+    return r.value;
+  });
   console.log(
     `10 concurrent retries of req-1: ${answers.filter((a) => !a.replayed).length} charge, ${answers.filter((a) => a.replayed).length} replays, payment ids seen ${JSON.stringify([...new Set(answers.map((a) => a.result.paymentId))])}`,
   );
@@ -50,7 +54,7 @@ try {
   });
   const retried = await charge('req-2', { amount: 5 });
   console.log(
-    `req-2 failed first (${failed._unsafeUnwrapErr().kind}), then ran on retry: replayed=${retried._unsafeUnwrap().replayed}`,
+    `req-2 failed first (${failed.isErr() ? failed.error.kind : 'no error?'}), then ran on retry: replayed=${retried.isOk() ? retried.value.replayed : retried.error.kind}`,
   );
 
   await Promise.all(

@@ -46,7 +46,7 @@ try {
     );
     const outcomes = results.map((r) => (r.isOk() ? r.value : r.error.kind));
     console.log(
-      `${isolation.padEnd(15)} → ${JSON.stringify(outcomes)}, retries ${retries}, on call now: ${report._unsafeUnwrap()}${report._unsafeUnwrap() === 0 ? '  ← invariant broken' : ''}`,
+      `${isolation.padEnd(15)} → ${JSON.stringify(outcomes)}, retries ${retries}, on call now: ${report.isOk() ? report.value : report.error.kind}${report.isOk() && report.value === 0 ? '  ← invariant broken' : ''}`,
     );
   }
   await pool.query('DROP TABLE ex_doctors');

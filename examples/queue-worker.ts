@@ -22,7 +22,8 @@ const queue = new Queue({
   txManager: tm,
   tasks: { receipt: z.object({ orderId: z.number().int(), email: z.string().email() }) },
 });
-(await queue.migrate())._unsafeUnwrap();
+const migrated = await queue.migrate();
+if (migrated.isErr()) throw migrated.error;
 await pool.query(`CREATE TABLE IF NOT EXISTS orders (id serial PRIMARY KEY, email text NOT NULL);
                   CREATE TABLE IF NOT EXISTS receipts (order_id int PRIMARY KEY, sent_at timestamptz NOT NULL DEFAULT now())`);
 
@@ -67,6 +68,7 @@ process.once('SIGINT', () => void worker.stop());
 // Wait (bounded) for the three jobs, then stop gracefully.
 for (let i = 0; i < 100 && handled < 3; i++) await new Promise((resolve) => setTimeout(resolve, 50));
 await worker.stop();
-console.log('stats', (await queue.stats())._unsafeUnwrap());
+const stats = await queue.stats();
+console.log('stats', stats.isOk() ? stats.value : stats.error.kind);
 await pool.end();
 await server?.stop();

@@ -17,7 +17,8 @@ try {
     CREATE TABLE ex_room_bookings (id serial PRIMARY KEY, room_id int NOT NULL, during tstzrange NOT NULL, guest text);
     CREATE TABLE ex_room_bookings_naive (id serial PRIMARY KEY, room_id int NOT NULL, during tstzrange NOT NULL);`);
   const rooms = new Bookings({ table: 'ex_room_bookings', resource: 'room_id', during: 'during' });
-  (await rooms.migrate(pool))._unsafeUnwrap(); // btree_gist + EXCLUDE (room_id WITH =, during WITH &&)
+  const table = await rooms.migrate(pool); // btree_gist + EXCLUDE (room_id WITH =, during WITH &&)
+  if (table.isErr()) throw table.error;
 
   const at = (h, m = 0) => new Date(Date.UTC(2030, 0, 1, h, m));
   const requests = Array.from({ length: 12 }, (_, i) => ({

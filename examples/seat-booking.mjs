@@ -47,7 +47,8 @@ try {
   console.log(
     `updateWhere: ${kinds.filter((k) => k === 'ticket').length} ticket, ${kinds.filter((k) => k === 'ConditionFailed').length} × ConditionFailed`,
   );
-  console.log(`NotFound for a missing seat: ${(await book(99, 1))._unsafeUnwrapErr().kind}`);
+  const missing = await book(99, 1);
+  console.log(`NotFound for a missing seat: ${missing.isErr() ? missing.error.kind : 'booked?'}`);
   const naive = await pool.query('SELECT count(*)::int AS n FROM ex_tickets WHERE naive');
   console.log(`naive SELECT-then-UPDATE: ${naive.rows[0].n} tickets sold for one seat`);
   await pool.query('DROP TABLE ex_seats, ex_tickets');

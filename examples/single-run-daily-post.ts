@@ -35,7 +35,8 @@ const server = process.env.DATABASE_URL ? undefined : await startPostgres();
 const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL ?? server?.url, max: 8 });
 const tm = new TxManager(pool);
 
-(await migrateSingleRun(pool))._unsafeUnwrap();
+const singleRunTable = await migrateSingleRun(pool);
+if (singleRunTable.isErr()) throw singleRunTable.error;
 await pool.query(`CREATE TABLE IF NOT EXISTS blog_posts (id serial PRIMARY KEY, day text UNIQUE NOT NULL, body text NOT NULL);
                   CREATE TABLE IF NOT EXISTS deliveries (post_id int NOT NULL REFERENCES blog_posts, channel text NOT NULL,
                     delivered_at timestamptz, PRIMARY KEY (post_id, channel))`);

@@ -65,9 +65,11 @@ export interface DailyPostReplicaOptions {
 
 /** Creates the tables, the single-run record table and the queue schema (safe from every replica at once). */
 export async function migrateDailyPost(pool: pg.Pool, schema = 'daily_post_queue'): Promise<void> {
-  (await migrateSingleRun(pool))._unsafeUnwrap();
+  const singleRunTable = await migrateSingleRun(pool);
+  if (singleRunTable.isErr()) throw singleRunTable.error;
   const queue = new Queue({ pool, txManager: new TxManager(pool), schema, tasks: dailyPostTasks });
-  (await queue.migrate())._unsafeUnwrap();
+  const migrated = await queue.migrate();
+  if (migrated.isErr()) throw migrated.error;
   // CREATE … IF NOT EXISTS takes no lock on existing tables; a first concurrent creation is serialized by
   // the catalog (run it once at deploy, as here).
   await pool.query(`

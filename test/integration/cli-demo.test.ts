@@ -116,18 +116,21 @@ describe('pg-txkit demo', () => {
     expect(await leftovers()).toEqual({ sessions: 0, databases: 0 });
   }, 300_000);
 
+  /** The cascade scenario alone, small: a few hundred ms. */
+  const QUICK_CASCADE = [
+    'demo',
+    '--url',
+    serverUrl(),
+    '--scale',
+    '0.05',
+    '--clients',
+    '3',
+    '--only',
+    'lock-queue-cascade',
+  ];
+
   it('the text summary prints one row per scenario and the doctor tree', async () => {
-    const r = await runMain([
-      'demo',
-      '--url',
-      serverUrl(),
-      '--scale',
-      '0.05',
-      '--clients',
-      '3',
-      '--only',
-      'lock-queue-cascade',
-    ]);
+    const r = await runMain(QUICK_CASCADE);
     expect(r.code).toBe(0);
     expect(r.stdout).toContain('Lock-queue cascades (root cause)');
     expect(r.stdout).toContain('attempt 1: gave up (LockNotAvailable 55P03)');
@@ -141,18 +144,7 @@ describe('pg-txkit demo', () => {
   });
 
   it('--json rows carry what a user reads (no internal fields such as the module a scenario came from)', async () => {
-    const r = await runMain([
-      'demo',
-      '--url',
-      serverUrl(),
-      '--scale',
-      '0.05',
-      '--clients',
-      '3',
-      '--only',
-      'lock-queue-cascade',
-      '--json',
-    ]);
+    const r = await runMain([...QUICK_CASCADE, '--json']);
     expect(r.code).toBe(0);
     const [row] = (JSON.parse(r.stdout) as { scenarios: Record<string, unknown>[] }).scenarios;
     expect(Object.keys(row ?? {}).sort()).toEqual(['id', 'pattern', 'result', 'title']);

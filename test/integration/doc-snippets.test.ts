@@ -24,6 +24,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { createTestDatabase } from '../../src/testing/test-database.js';
+import { USER_COMPILER_OPTIONS } from '../fixtures/user-tsconfig.js';
 import { serverUrl } from '../helpers.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
@@ -195,14 +196,7 @@ function setUpProject(publicNames: { main: string[]; testing: string[] }): Map<s
     join(work, 'tsconfig.json'),
     JSON.stringify({
       compilerOptions: {
-        target: 'ES2022',
-        module: 'NodeNext',
-        moduleResolution: 'NodeNext',
-        strict: true,
-        noUncheckedIndexedAccess: true,
-        exactOptionalPropertyTypes: true,
-        skipLibCheck: false,
-        types: ['node'],
+        ...USER_COMPILER_OPTIONS,
         outDir: 'out',
         noEmitOnError: false,
       },

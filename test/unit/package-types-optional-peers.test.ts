@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
+import { USER_COMPILER_OPTIONS } from '../fixtures/user-tsconfig.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const TSC = join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc');
@@ -33,17 +34,7 @@ function project(name: string, packages: readonly string[], source: string): str
   writeFileSync(
     join(dir, 'tsconfig.json'),
     JSON.stringify({
-      compilerOptions: {
-        target: 'ES2022',
-        module: 'NodeNext',
-        moduleResolution: 'NodeNext',
-        strict: true,
-        exactOptionalPropertyTypes: true,
-        noUncheckedIndexedAccess: true,
-        skipLibCheck: false,
-        types: ['node'],
-        noEmit: true,
-      },
+      compilerOptions: { ...USER_COMPILER_OPTIONS, noEmit: true },
       files: ['index.ts'],
     }),
   );
