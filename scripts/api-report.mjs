@@ -18,6 +18,11 @@ import { Extractor, ExtractorConfig } from '@microsoft/api-extractor';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 const update = process.argv.includes('--update');
+/**
+ * `--undocumented`: list the members without a doc comment (file:line; the reports mark them too), and
+ * compare nothing.
+ */
+const listMembers = process.argv.includes('--undocumented');
 const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8'));
 
 /** Every entry point with declarations: `.` → `pg-txkit`, `./testing` → `pg-txkit/testing`, … */
@@ -77,7 +82,9 @@ function configFor(entry) {
           default: { logLevel: 'warning', addToApiReportFile: true },
           // an undocumented member shows in the report (a reviewer sees it); an undocumented export
           // fails the run (checked on the doc model below: API Extractor does not tell them apart)
-          'ae-undocumented': { logLevel: 'none', addToApiReportFile: true },
+          'ae-undocumented': listMembers
+            ? { logLevel: 'warning', addToApiReportFile: false }
+            : { logLevel: 'none', addToApiReportFile: true },
           'ae-unresolved-link': FAIL,
           // no release tags (@public/@beta): every export of an entry point is public
           'ae-missing-release-tag': IGNORE,
@@ -107,6 +114,10 @@ for (const entry of entryPoints()) {
     localBuild: update,
     showVerboseMessages: false,
     messageCallback: (message) => {
+      if (listMembers && message.messageId === 'ae-undocumented') {
+        const where = `${message.sourceFilePath?.replace(`${ROOT}/`, '')}:${message.sourceFileLine}`;
+        console.log(`${where} ${message.text}`);
+      }
       if (message.logLevel === 'none') message.handled = true;
     },
   });

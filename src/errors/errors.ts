@@ -10,9 +10,11 @@
 export abstract class TxKitError extends Error {
   /** The failure kind, a string literal per class: switch on it. */
   abstract readonly kind: string;
+  /** `message`: the fixed sentence of the kind; `cause`: the error behind this one (the driver's). */
   constructor(message: string, cause?: unknown) {
     super(message, cause === undefined ? undefined : { cause });
   }
+  /** The class name (`UniqueViolation`, …), so that stack traces and logs say the kind. */
   override get name(): string {
     return this.kind;
   }
@@ -20,12 +22,19 @@ export abstract class TxKitError extends Error {
 
 /** The parts of a PostgreSQL error (pg's `DatabaseError`) that the taxonomy keeps. */
 export interface DriverErrorFields {
+  /** SQLSTATE (`23505`, `40001`, …). */
   readonly code?: string | undefined;
+  /** The server's DETAIL line. */
   readonly detail?: string | undefined;
+  /** Constraint name, when the server reports it. */
   readonly constraint?: string | undefined;
+  /** Table name, when the server reports it. */
   readonly table?: string | undefined;
+  /** Schema name, when the server reports it. */
   readonly schema?: string | undefined;
+  /** Column name, when the server reports it. */
   readonly column?: string | undefined;
+  /** The server's message. */
   readonly message?: string | undefined;
 }
 
@@ -87,7 +96,9 @@ abstract class ConstraintError extends TxKitError implements ConstraintFields {
 
 /** 23505: a unique index or constraint refused a duplicate. Not retried. */
 export class UniqueViolation extends ConstraintError {
+  /** The failure kind, `'UniqueViolation'`: switch on it. */
   readonly kind = 'UniqueViolation' as const;
+  /** Built by `classify` from the driver error's fields; `cause` defaults to those fields. */
   constructor(driver: DriverErrorFields, cause?: unknown) {
     super('unique constraint violated', driver, cause);
   }
@@ -95,7 +106,9 @@ export class UniqueViolation extends ConstraintError {
 
 /** 23P01: an EXCLUDE constraint refused an overlapping row (bookings). Not retried. */
 export class ExclusionViolation extends ConstraintError {
+  /** The failure kind, `'ExclusionViolation'`: switch on it. */
   readonly kind = 'ExclusionViolation' as const;
+  /** Built by `classify` from the driver error's fields; `cause` defaults to those fields. */
   constructor(driver: DriverErrorFields, cause?: unknown) {
     super('exclusion constraint violated', driver, cause);
   }
@@ -103,7 +116,9 @@ export class ExclusionViolation extends ConstraintError {
 
 /** 23503: a foreign key refused the row. Not retried. */
 export class ForeignKeyViolation extends ConstraintError {
+  /** The failure kind, `'ForeignKeyViolation'`: switch on it. */
   readonly kind = 'ForeignKeyViolation' as const;
+  /** Built by `classify` from the driver error's fields; `cause` defaults to those fields. */
   constructor(driver: DriverErrorFields, cause?: unknown) {
     super('foreign key constraint violated', driver, cause);
   }
@@ -111,7 +126,9 @@ export class ForeignKeyViolation extends ConstraintError {
 
 /** 23514: a CHECK constraint refused the row. Not retried. */
 export class CheckViolation extends ConstraintError {
+  /** The failure kind, `'CheckViolation'`: switch on it. */
   readonly kind = 'CheckViolation' as const;
+  /** Built by `classify` from the driver error's fields; `cause` defaults to those fields. */
   constructor(driver: DriverErrorFields, cause?: unknown) {
     super('check constraint violated', driver, cause);
   }
@@ -119,7 +136,9 @@ export class CheckViolation extends ConstraintError {
 
 /** 23502: a NOT NULL column got a null. Not retried. */
 export class NotNullViolation extends ConstraintError {
+  /** The failure kind, `'NotNullViolation'`: switch on it. */
   readonly kind = 'NotNullViolation' as const;
+  /** Built by `classify` from the driver error's fields; `cause` defaults to those fields. */
   constructor(driver: DriverErrorFields, cause?: unknown) {
     super('not-null constraint violated', driver, cause);
   }
@@ -127,8 +146,11 @@ export class NotNullViolation extends ConstraintError {
 
 /** 40001: a concurrent transaction changed what this one read (repeatable read / serializable). Retried. */
 export class SerializationFailure extends TxKitError {
+  /** The failure kind, `'SerializationFailure'`: switch on it. */
   readonly kind = 'SerializationFailure' as const;
+  /** The SQLSTATE, `40001`. */
   readonly code = '40001' as const;
+  /** `cause`: the error behind this one (the driver's, when there is one). */
   constructor(cause?: unknown) {
     super('could not serialize access due to a concurrent transaction', cause);
   }
@@ -136,8 +158,11 @@ export class SerializationFailure extends TxKitError {
 
 /** 40P01: this transaction was the victim of a deadlock. Retried. */
 export class DeadlockDetected extends TxKitError {
+  /** The failure kind, `'DeadlockDetected'`: switch on it. */
   readonly kind = 'DeadlockDetected' as const;
+  /** The SQLSTATE, `40P01`. */
   readonly code = '40P01' as const;
+  /** `cause`: the error behind this one (the driver's, when there is one). */
   constructor(cause?: unknown) {
     super('deadlock detected; this transaction was chosen as the victim', cause);
   }
@@ -145,8 +170,11 @@ export class DeadlockDetected extends TxKitError {
 
 /** 55P03: NOWAIT met a held lock, or lock_timeout expired while waiting for one. Retried by default. */
 export class LockNotAvailable extends TxKitError {
+  /** The failure kind, `'LockNotAvailable'`: switch on it. */
   readonly kind = 'LockNotAvailable' as const;
+  /** The SQLSTATE, `55P03`. */
   readonly code = '55P03' as const;
+  /** `cause`: the error behind this one (the driver's, when there is one). */
   constructor(cause?: unknown) {
     super('lock not available (NOWAIT or lock_timeout)', cause);
   }
@@ -154,7 +182,9 @@ export class LockNotAvailable extends TxKitError {
 
 /** 57014: statement_timeout expired, or the statement was cancelled (`reason` says which). Not retried. */
 export class StatementTimeout extends TxKitError {
+  /** The failure kind, `'StatementTimeout'`: switch on it. */
   readonly kind = 'StatementTimeout' as const;
+  /** The SQLSTATE, `57014`. */
   readonly code = '57014' as const;
   /** 'timeout' for statement_timeout, 'cancel' for pg_cancel_backend or a client-side cancel. */
   readonly reason: 'timeout' | 'cancel';
@@ -171,7 +201,9 @@ export class StatementTimeout extends TxKitError {
  * which the server enforces.
  */
 export class QueryTimeout extends TxKitError {
+  /** The failure kind, `'QueryTimeout'`: switch on it. */
   readonly kind = 'QueryTimeout' as const;
+  /** `cause`: the error behind this one (the driver's, when there is one). */
   constructor(cause?: unknown) {
     super(
       'query_timeout expired on the client; the server may still be running the statement (its connection was discarded)',
@@ -187,8 +219,11 @@ export class QueryTimeout extends TxKitError {
  * `retryOn: [..., 'IdleInTransactionTimeout']`). The transaction was rolled back.
  */
 export class IdleInTransactionTimeout extends TxKitError {
+  /** The failure kind, `'IdleInTransactionTimeout'`: switch on it. */
   readonly kind = 'IdleInTransactionTimeout' as const;
+  /** The SQLSTATE, `25P03`. */
   readonly code = '25P03' as const;
+  /** `cause`: the error behind this one (the driver's, when there is one). */
   constructor(cause?: unknown) {
     super(
       'the transaction was idle longer than idle_in_transaction_session_timeout and the server ended it ' +
@@ -203,6 +238,7 @@ export class IdleInTransactionTimeout extends TxKitError {
  * server rolled the transaction back. Retried on a new connection.
  */
 export class ConnectionLost extends TxKitError {
+  /** The failure kind, `'ConnectionLost'`: switch on it. */
   readonly kind = 'ConnectionLost' as const;
   /** SQLSTATE when the server said why (57P01 …), else undefined (socket error). */
   readonly code: string | undefined;
@@ -225,8 +261,11 @@ export class ConnectionLost extends TxKitError {
  * if (r.isErr() && r.error.kind === 'ReadOnlyTransaction') console.log(r.error.code); // '25006'
  */
 export class ReadOnlyTransaction extends TxKitError {
+  /** The failure kind, `'ReadOnlyTransaction'`: switch on it. */
   readonly kind = 'ReadOnlyTransaction' as const;
+  /** The SQLSTATE, `25006`. */
   readonly code = '25006' as const;
+  /** `cause`: the error behind this one (the driver's, when there is one). */
   constructor(cause?: unknown) {
     super('the server refused a write in a read-only transaction (a hot standby, or readOnly: true)', cause);
   }
@@ -239,7 +278,9 @@ export class ReadOnlyTransaction extends TxKitError {
  * blindly: make the work idempotent, then check.
  */
 export class CommitOutcomeUnknown extends TxKitError {
+  /** The failure kind, `'CommitOutcomeUnknown'`: switch on it. */
   readonly kind = 'CommitOutcomeUnknown' as const;
+  /** `cause`: the error behind this one (the driver's, when there is one). */
   constructor(cause?: unknown) {
     super(
       'the outcome of COMMIT is unknown (the connection was lost during COMMIT, or the server could not tell); the transaction may or may not have committed',
@@ -262,6 +303,7 @@ export interface AttemptRecord {
 
 /** Every allowed attempt failed with a retryable error (or the deadline/abort stopped the retries). */
 export class RetriesExhausted extends TxKitError {
+  /** The failure kind, `'RetriesExhausted'`: switch on it. */
   readonly kind = 'RetriesExhausted' as const;
   /** How many attempts ran. */
   readonly attempts: number;
@@ -294,6 +336,7 @@ export interface OptionIssue {
 
 /** Options or input were invalid. Returned before any SQL was sent. */
 export class InvalidOptions extends TxKitError {
+  /** The failure kind, `'InvalidOptions'`: switch on it. */
   readonly kind = 'InvalidOptions' as const;
   /** Every problem found. */
   readonly issues: readonly OptionIssue[];
@@ -308,6 +351,7 @@ export class InvalidOptions extends TxKitError {
 
 /** A conditional UPDATE matched 0 rows: its WHERE no longer holds (seat taken, stock short, stale version). */
 export class ConditionFailed extends TxKitError {
+  /** The failure kind, `'ConditionFailed'`: switch on it. */
   readonly kind = 'ConditionFailed' as const;
   /** Rows the statement changed (0, or fewer than expected). */
   readonly rowCount: number;
@@ -319,6 +363,7 @@ export class ConditionFailed extends TxKitError {
 
 /** The row (or rows) asked for do not exist. */
 export class NotFound extends TxKitError {
+  /** The failure kind, `'NotFound'`: switch on it. */
   readonly kind = 'NotFound' as const;
   /** The table searched, when known. */
   readonly table: string | undefined;
@@ -333,6 +378,7 @@ export class NotFound extends TxKitError {
 
 /** A try-lock found the lock held by someone else; the protected function was not called. */
 export class LockBusy extends TxKitError {
+  /** The failure kind, `'LockBusy'`: switch on it. */
   readonly kind = 'LockBusy' as const;
   /** The key(s) that were busy, as decimal strings. */
   readonly keys: readonly string[];
@@ -347,6 +393,7 @@ export class LockBusy extends TxKitError {
  * another worker), or a session lock's connection died. Nothing was changed.
  */
 export class LeaseLost extends TxKitError {
+  /** The failure kind, `'LeaseLost'`: switch on it. */
   readonly kind = 'LeaseLost' as const;
   /** The job id or lock key whose lease was lost. */
   readonly id: string;
@@ -364,6 +411,7 @@ export class LeaseLost extends TxKitError {
  * if (isTxKitError(ctx.signal.reason, 'JobCancelled')) console.log('cancelled', ctx.signal.reason.id);
  */
 export class JobCancelled extends TxKitError {
+  /** The failure kind, `'JobCancelled'`: switch on it. */
   readonly kind = 'JobCancelled' as const;
   /** The job id. */
   readonly id: string;
@@ -375,6 +423,7 @@ export class JobCancelled extends TxKitError {
 
 /** An operation that only makes sense inside a transaction (row locks, `mandatory`) ran outside one. */
 export class NotInTransaction extends TxKitError {
+  /** The failure kind, `'NotInTransaction'`: switch on it. */
   readonly kind = 'NotInTransaction' as const;
   /** What was attempted. */
   readonly operation: string;
@@ -386,6 +435,7 @@ export class NotInTransaction extends TxKitError {
 
 /** No client could be checked out of the pool in time (e.g. requiresNew with every client in use). */
 export class PoolExhausted extends TxKitError {
+  /** The failure kind, `'PoolExhausted'`: switch on it. */
   readonly kind = 'PoolExhausted' as const;
   constructor(detail: string, cause?: unknown) {
     super(`no database client available: ${detail}`, cause);
@@ -394,6 +444,7 @@ export class PoolExhausted extends TxKitError {
 
 /** A booking overlaps an existing one (EXCLUDE constraint). `conflicting` is the booking in the way. */
 export class Overlap<Row = Record<string, unknown>> extends TxKitError {
+  /** The failure kind, `'Overlap'`: switch on it. */
   readonly kind = 'Overlap' as const;
   /** The existing booking(s) that overlap the requested range (empty if it could not be read). */
   readonly conflicting: readonly Row[];
@@ -408,6 +459,7 @@ export class Overlap<Row = Record<string, unknown>> extends TxKitError {
 
 /** An idempotency key (or single-run) is being processed by another caller right now. */
 export class InProgress extends TxKitError {
+  /** The failure kind, `'InProgress'`: switch on it. */
   readonly kind = 'InProgress' as const;
   /** The key in progress. */
   readonly key: string;
@@ -419,6 +471,7 @@ export class InProgress extends TxKitError {
 
 /** An idempotency key was reused with a different request. */
 export class IdempotencyConflict extends TxKitError {
+  /** The failure kind, `'IdempotencyConflict'`: switch on it. */
   readonly kind = 'IdempotencyConflict' as const;
   /** The reused key. */
   readonly key: string;
@@ -430,6 +483,7 @@ export class IdempotencyConflict extends TxKitError {
 
 /** The work for this key already ran to success; `result` is what it returned then. */
 export class AlreadyDone<R = unknown> extends TxKitError {
+  /** The failure kind, `'AlreadyDone'`: switch on it. */
   readonly kind = 'AlreadyDone' as const;
   /** The stored result of the successful run. */
   readonly result: R;
@@ -444,6 +498,7 @@ export class AlreadyDone<R = unknown> extends TxKitError {
 
 /** A queue task name that was not registered, or a payload its schema refuses. */
 export class UnknownTask extends TxKitError {
+  /** The failure kind, `'UnknownTask'`: switch on it. */
   readonly kind = 'UnknownTask' as const;
   /** The task name given. */
   readonly task: string;
@@ -474,6 +529,7 @@ export type CapabilityName =
  * if (r.isErr() && r.error.kind === 'Unsupported') console.error(r.error.capability, r.error.reason);
  */
 export class Unsupported extends TxKitError {
+  /** The failure kind, `'Unsupported'`: switch on it. */
   readonly kind = 'Unsupported' as const;
   /** What is missing. */
   readonly capability: CapabilityName;
@@ -488,6 +544,7 @@ export class Unsupported extends TxKitError {
 
 /** Any other database error, with its SQLSTATE. Not retried. */
 export class DbError extends TxKitError {
+  /** The failure kind, `'DbError'`: switch on it. */
   readonly kind = 'DbError' as const;
   /** SQLSTATE of the error (e.g. 42P01), or undefined when the driver gave none. */
   readonly code: string | undefined;

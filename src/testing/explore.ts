@@ -12,6 +12,7 @@ export type ExploreStep = string | readonly [sql: string, params: readonly unkno
 
 /** What an invariant may query: the control connection of {@link explore}. */
 export interface ExploreDb {
+  /** Runs one statement on the control connection (pg's `client.query`). */
   query(text: string, values?: unknown[]): Promise<{ rows: Record<string, unknown>[] }>;
 }
 
@@ -34,10 +35,15 @@ export type ExploreInvariant = (
  * const sampler: ExploreFastCheck = fc;
  */
 export interface ExploreFastCheck {
+  /** `fc.bigInt`: draws an interleaving's rank. */
   readonly bigInt: (...args: never[]) => unknown;
+  /** `fc.constant`: the one interleaving of a single session. */
   readonly constant: (...args: never[]) => unknown;
+  /** `fc.constantFrom`. */
   readonly constantFrom: (...args: never[]) => unknown;
+  /** `fc.asyncProperty`: the invariant over sampled interleavings. */
   readonly asyncProperty: (...args: never[]) => unknown;
+  /** `fc.check`: runs the property, shrinking a failure to a minimal interleaving. */
   readonly check: (...args: never[]) => unknown;
 }
 
@@ -109,6 +115,7 @@ export interface ExploreReport {
   readonly interleavings: bigint;
   /** How many were run. */
   readonly runs: number;
+  /** The first interleaving that broke the invariant (shrunk when sampled); absent when it passed. */
   readonly counterexample?: ExploreCounterexample;
 }
 

@@ -2,6 +2,7 @@ import { err, ok, type Result } from 'neverthrow';
 
 /** A step of a session in a `.spec` file: `step name { SQL }`. */
 export interface SpecStep {
+  /** The step's name, as permutations refer to it. */
   readonly name: string;
   /** The SQL, as the isolation tester keeps it: spaces (not newlines) after `{` and before `}` trimmed. */
   readonly sql: string;
@@ -13,10 +14,15 @@ export interface SpecStep {
 
 /** A session of a `.spec` file, with its own connection. */
 export interface SpecSession {
+  /** The session's name. */
   readonly name: string;
+  /** SQL run on the session's connection before each permutation. */
   readonly setup: string | undefined;
+  /** Its steps, in the file's order. */
   readonly steps: readonly SpecStep[];
+  /** SQL run on the session's connection after each permutation. */
   readonly teardown: string | undefined;
+  /** Line of the `session` keyword. */
   readonly line: number;
 }
 
@@ -31,13 +37,17 @@ export type SpecBlocker =
 
 /** A step of a permutation line, with its annotations. */
 export interface SpecPermutationStep {
+  /** The step's name. */
   readonly step: string;
+  /** Its annotations: `(*)`, `(other_step)`, `(other_step notices N)`. */
   readonly blockers: readonly SpecBlocker[];
 }
 
 /** A `permutation` line. */
 export interface SpecPermutation {
+  /** The steps, in the order to run them. */
   readonly steps: readonly SpecPermutationStep[];
+  /** Line of the `permutation` keyword. */
   readonly line: number;
 }
 
@@ -45,7 +55,9 @@ export interface SpecPermutation {
 export interface IsolationSpec {
   /** The `setup` blocks, run in order on the control connection before each permutation. */
   readonly setup: readonly string[];
+  /** The `teardown` block, run on the control connection after each permutation. */
   readonly teardown: string | undefined;
+  /** The sessions, in the file's order. */
   readonly sessions: readonly SpecSession[];
   /** The permutations listed, or `[]`: then every permutation of the sessions' steps is run. */
   readonly permutations: readonly SpecPermutation[];
@@ -53,7 +65,9 @@ export interface IsolationSpec {
 
 /** A `.spec` text the isolation tester would refuse: says why and at which line. */
 export class SpecSyntaxError extends Error {
+  /** The class name, for stack traces and logs. */
   override readonly name = 'SpecSyntaxError';
+  /** Discriminant, `'SpecSyntaxError'`. */
   readonly kind = 'SpecSyntaxError' as const;
   /** 1-based line of the problem. */
   readonly line: number;

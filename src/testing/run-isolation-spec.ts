@@ -45,7 +45,9 @@ export interface IsolationSpecRun {
 
 /** A spec could not be run to its end: a setup failed, or a step timed out. Carries the output so far. */
 export class SpecRunError extends Error {
+  /** The class name, for stack traces and logs. */
   override readonly name = 'SpecRunError';
+  /** Discriminant, `'SpecRunError'`. */
   readonly kind = 'SpecRunError' as const;
   /** The output up to the failure. */
   readonly output: string;

@@ -15,6 +15,7 @@ export interface RetryEvent {
 
 /** Passed to {@link TxHooks.onCommit}. */
 export interface CommitEvent {
+  /** `TxOptions.name` of the outermost transaction. */
   readonly name: string | undefined;
   /** The attempt that committed (1-based). */
   readonly attempt: number;
@@ -24,6 +25,7 @@ export interface CommitEvent {
 
 /** Passed to {@link TxHooks.onRollback}. */
 export interface RollbackEvent {
+  /** `TxOptions.name` of the outermost transaction. */
   readonly name: string | undefined;
   /** The attempt that rolled back (1-based). */
   readonly attempt: number;
@@ -37,7 +39,9 @@ export interface RollbackEvent {
 
 /** Passed to {@link TxHooks.onSlowTransaction}. */
 export interface SlowTransactionEvent {
+  /** `TxOptions.name` of the outermost transaction. */
   readonly name: string | undefined;
+  /** The attempt that held its connection this long (1-based). */
   readonly attempt: number;
   /** How long the transaction (this attempt) held its connection and locks. */
   readonly durationMs: number;
@@ -51,6 +55,7 @@ export interface PoolErrorEvent {
 
 /** Passed to {@link TxHooks.onCallbackError}. */
 export interface CallbackErrorEvent {
+  /** `TxOptions.name` of the transaction whose callback or hook threw. */
   readonly name: string | undefined;
   /** Which callback threw: an `afterCommit` / `afterRollback` callback, or one of the hooks. */
   readonly source:

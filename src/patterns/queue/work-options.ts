@@ -59,6 +59,7 @@ export type JobOutcome = 'completed' | 'failed' | 'dead' | 'lost' | 'cancelled' 
 
 /** Reported by {@link WorkerHooks.onJobEnd}. */
 export interface JobEndEvent {
+  /** The job that ended. */
   readonly job: Job;
   /**
    * completed; failed (will retry); dead (attempts used up); lost (lease lost: someone else owns the
@@ -88,6 +89,7 @@ export type WorkerPhase =
 
 /** A task this worker has a handler for but does not claim: it lacks capabilities the task requires. */
 export interface SkippedTask {
+  /** The task's name. */
   readonly task: string;
   /** The capabilities the task requires (`requires`) that the worker did not declare (`capabilities`). */
   readonly missing: readonly string[];
@@ -189,13 +191,22 @@ export type WorkOptions = z.output<typeof workOptionsSchema>;
 
 /** Counters of a worker's life so far. */
 export interface WorkerCounters {
+  /** Handlers started. */
   readonly started: number;
+  /** Jobs completed. */
   readonly completed: number;
+  /** Jobs failed and scheduled for a retry. */
   readonly failed: number;
+  /** Jobs failed with their attempts used up (now `dead`). */
   readonly dead: number;
+  /** Jobs whose lease was lost (someone else owns them now; nothing written). */
   readonly lost: number;
+  /** Jobs cancelled while they ran (their `ctx.signal` aborted; nothing written). */
   readonly cancelled: number;
+  /** Jobs given back unrun or unfinished on a forced stop. */
   readonly released: number;
+  /** Jobs whose settle could not be written (the reaper re-queues them after their lease). */
   readonly unsettled: number;
+  /** Errors reported to the hooks (claims, settles, the listener, the reaper). */
   readonly errors: number;
 }
