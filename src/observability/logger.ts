@@ -16,9 +16,13 @@ import { z } from 'zod/v4';
  * const queue = new Queue({ pool, txManager: tm, tasks, logger });
  */
 export interface Logger {
+  /** Something failed and needs a person (a database unreachable, a settle not written). */
   error(obj: object, msg?: string): void;
+  /** Something went wrong and was handled (a handler past its timeout, a lost session lock). */
   warn(obj: object, msg?: string): void;
+  /** A notable event (a worker's database reachable again). */
   info(obj: object, msg?: string): void;
+  /** Detail for debugging. */
   debug(obj: object, msg?: string): void;
 }
 

@@ -109,10 +109,15 @@ function param(v: unknown): unknown {
  * if (r.isErr() && r.error.kind === 'Overlap') console.log('taken by', r.error.conflicting);
  */
 export class Bookings {
+  /** The bookings table (possibly schema-qualified), as given. */
   readonly table: string;
+  /** The column naming the booked resource (a room, a seat). */
   readonly resource: string;
+  /** The `tstzrange` column of the booked period, half-open `[from, to)`. */
   readonly during: string;
+  /** The primary-key column (`id` by default). */
   readonly id: string;
+  /** The EXCLUDE constraint's name: a 23P01 on it is an `Overlap`, on any other an `ExclusionViolation`. */
   readonly constraint: string;
   /** Advisory-key namespace of this table's resources (see book()): `pg-txkit.bookings:<table>`. */
   readonly #lockNamespace: string;

@@ -102,14 +102,17 @@ const MAX_ROUNDS = 3;
  * @example
  * const keys = new IdempotencyKeys(tm, { table: 'payment_requests' });
  * await keys.migrate();
- * const paid = await keys.run(req.headers['idempotency-key'], async (tx) => {
- *   const { rows } = await tx.query('INSERT INTO payments (amount) VALUES ($1) RETURNING id', [100]);
- *   return { paymentId: rows[0].id };
+ * const paid = await keys.run(idempotencyKey, async (tx) => {
+ *   const { rows } = await tx.query<{ id: number }>('INSERT INTO payments (amount) VALUES ($1) RETURNING id', [100]);
+ *   return { paymentId: rows[0]?.id };
  * }, { fingerprint: sha256(req.body) });
  */
 export class IdempotencyKeys<C extends Record<string, unknown> = Record<never, never>> {
+  /** The keys table, as given. */
   readonly table: string;
+  /** How long a key and its stored result are kept, in ms. */
   readonly ttlMs: number;
+  /** A second caller with a key still running: waits for its result, or gets `InProgress`. */
   readonly onConcurrent: 'wait' | 'fail';
   readonly #tm: TxManager<C>;
 

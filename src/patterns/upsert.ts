@@ -34,7 +34,9 @@ export type UpsertOptions = z.input<typeof upsertOptionsSchema>;
 
 /** The row after the upsert and whether it was inserted (true) or updated (false). */
 export interface UpsertResult<R> {
+  /** The row as it is now (inserted or updated), from `RETURNING`. */
   readonly row: R;
+  /** True when the row was inserted, false when an existing one was updated. */
   readonly created: boolean;
 }
 

@@ -100,14 +100,23 @@ export type ScheduleDefinition<K extends string = string> = Omit<
 
 /** A schedule definition after validation: what is stored in the database and hashed. */
 export interface StoredSchedule {
+  /** The task each tick enqueues. */
   readonly task: string;
+  /** The payload of each tick's job (validated by the task's schema). */
   readonly payload: unknown;
+  /** The cron expression, or null for an interval. */
   readonly cron: string | null;
+  /** The time zone the cron expression is read in. */
   readonly tz: string;
+  /** The interval in ms, or null for a cron expression. */
   readonly every: number | null;
+  /** What to do with ticks missed while no replica ran. */
   readonly missed: MissedPolicy;
+  /** How late (ms) a tick may still be fired as on time. */
   readonly grace: number;
+  /** The priority of each tick's job. */
   readonly priority: number;
+  /** The attempts of each tick's job, or null for the queue's default. */
   readonly maxAttempts: number | null;
 }
 
