@@ -2,6 +2,7 @@ import type { SessionInfo } from './session.js';
 
 /** A session in the blocking forest with the sessions that wait behind it. */
 export interface BlockingNode {
+  /** The session at this node. */
   readonly session: SessionInfo;
   /** Sessions whose chosen blocker is this one (each session appears once in the forest). */
   readonly children: readonly BlockingNode[];

@@ -54,6 +54,7 @@ export interface LockCascade {
 
 /** An advisory lock row of `pg_locks` with its session. */
 export interface AdvisoryLockHolder {
+  /** Backend pid of the session that holds (or waits for) the lock. */
   readonly pid: number;
   /** Decimal key: the 64-bit key (objsubid 1) or 'a,b' for the two-int4 form (objsubid 2). */
   readonly key: string;
@@ -61,12 +62,15 @@ export interface AdvisoryLockHolder {
   readonly key64: bigint | null;
   /** The two int4 keys when taken with the two-argument form, else null. */
   readonly key32: readonly [number, number] | null;
+  /** True when held, false while waiting for it. */
   readonly granted: boolean;
   /** 'ExclusiveLock' or 'ShareLock' (the `_shared` functions). */
   readonly mode: string;
   /** Holder's state ('idle' while holding one means a session-level lock). */
   readonly state: string | null;
+  /** Role name of the session. */
   readonly user: string | null;
+  /** The session's `application_name`. */
   readonly applicationName: string | null;
   /** Time since the holder's last state change, ms. */
   readonly stateAgeMs: number | null;
@@ -84,10 +88,13 @@ export interface AdvisoryLockHolder {
 
 /** An action the report suggests, with the SQL to do it. */
 export interface SuggestedAction {
+  /** The backend to act on. */
   readonly pid: number;
   /** 'cancel' stops the running query; 'terminate' closes the session (needed for idle-in-transaction). */
   readonly action: 'cancel' | 'terminate';
+  /** The statement that does it (`SELECT pg_cancel_backend(…)` / `pg_terminate_backend(…)`). */
   readonly sql: string;
+  /** Why, in one sentence: what it blocks and for how long. */
   readonly reason: string;
 }
 
@@ -109,7 +116,9 @@ export interface LockReport {
   readonly database: string;
   /** The role the report ran as. */
   readonly role: string;
+  /** The server's `server_version`. */
   readonly serverVersion: string;
+  /** What this role could see (hidden sessions without `pg_monitor`). */
   readonly visibility: Visibility;
   /** Every session the report looked at (client backends and autovacuum workers, except itself). */
   readonly sessions: readonly SessionInfo[];

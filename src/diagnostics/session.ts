@@ -14,11 +14,13 @@ export interface LockWait {
 
 /** One backend as the report sees it (`pg_stat_activity` + its lock wait). */
 export interface SessionInfo {
+  /** Backend pid. */
   readonly pid: number;
   /** Database name (null for backends attached to none). */
   readonly database: string | null;
   /** Role name. */
   readonly user: string | null;
+  /** The session's `application_name` (null when hidden). */
   readonly applicationName: string | null;
   /** Client address, null for Unix sockets (and when hidden). */
   readonly clientAddr: string | null;
@@ -26,7 +28,9 @@ export interface SessionInfo {
   readonly backendType: string | null;
   /** 'active', 'idle', 'idle in transaction', 'idle in transaction (aborted)' …; null when hidden. */
   readonly state: string | null;
+  /** `pg_stat_activity.wait_event_type`: 'Lock' while waiting for a lock; null when not waiting. */
   readonly waitEventType: string | null;
+  /** `pg_stat_activity.wait_event`: 'relation', 'transactionid', 'tuple', 'advisory' …; null when not waiting. */
   readonly waitEvent: string | null;
   /** The current (or last) query, collapsed, truncated and optionally redacted; '<insufficient privilege>' when hidden. */
   readonly query: string | null;

@@ -7,6 +7,7 @@ import { toDatabaseFailure } from './db-failure.js';
 
 /** What a cancel or terminate did. */
 export interface SignalResult {
+  /** The backend signalled. */
   readonly pid: number;
   /**
    * True when the signal was sent (and, for terminate with a timeout, the backend exited in time).

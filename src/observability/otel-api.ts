@@ -87,19 +87,23 @@ export type OtelBatchCallback = (observer: {
  * const tm = new TxManager(pool, { telemetry: otel });
  */
 export interface OpenTelemetryApi {
+  /** `otel.trace`: tracers (a span per transaction, attempt, job, lock wait) and the active span. */
   readonly trace: {
     getTracer(name: string, version?: string): OtelTracer;
     setSpan(context: OtelContext, span: OtelSpan): OtelContext;
     getSpanContext(context: OtelContext): OtelSpanContext | undefined;
   };
+  /** `otel.context`: the active context, so spans nest under the caller's. */
   readonly context: {
     active(): OtelContext;
     with<T>(context: OtelContext, fn: () => T): T;
   };
+  /** `otel.propagation`: the trace context stored with a job and restored when it runs. */
   readonly propagation: {
     inject(context: OtelContext, carrier: Record<string, string>): void;
     extract(context: OtelContext, carrier: Record<string, string>): OtelContext;
   };
+  /** `otel.metrics`: meters (attempts, retries, jobs, queue depth). */
   readonly metrics: {
     getMeter(name: string, version?: string): OtelMeter;
   };

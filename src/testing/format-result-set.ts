@@ -1,6 +1,8 @@
 /** A result set as the server sent it: column names and text values (`null` for SQL NULL). */
 export interface FormatResultSetInput {
+  /** Column names, in order. */
   readonly columns: readonly string[];
+  /** One array per row, one text value (or null) per column. */
   readonly values: readonly (readonly (string | null)[])[];
 }
 

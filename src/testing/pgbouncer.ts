@@ -41,6 +41,7 @@ export function pgBouncerCandidates(
 
 /** The `pgbouncer` binary was not found. */
 export class PgBouncerNotInstalled extends Error {
+  /** The class name, for stack traces and logs. */
   override readonly name = 'PgBouncerNotInstalled';
   constructor(searched: readonly string[]) {
     super(

@@ -26,8 +26,11 @@ export type StepBlocker = '*' | string | { readonly step: string; readonly notic
 
 /** A step in object form: what the tuple form says, plus a name and blocker annotations. */
 export interface ScheduleStepSpec<S extends string = string> {
+  /** The session that runs the step. */
   readonly session: S;
+  /** The statement. */
   readonly sql: string;
+  /** Its parameters (`$1`, `$2`, …). */
   readonly params?: readonly unknown[];
   /** The step's name, which other steps' `blockers` refer to. */
   readonly name?: string;
@@ -100,6 +103,7 @@ export type ScheduleErrorReason =
 
 /** A schedule could not go on: a step timed out, or a step is malformed. Names the step. */
 export class ScheduleError extends Error {
+  /** The class name, for stack traces and logs. */
   override readonly name = 'ScheduleError';
   /** Index of the step concerned (in the `run()` call), `-1` when not about one step. */
   readonly step: number;

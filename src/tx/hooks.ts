@@ -66,6 +66,7 @@ export interface CallbackErrorEvent {
     | 'onRollback'
     | 'onSlowTransaction'
     | 'onPoolError';
+  /** What it threw. */
   readonly error: unknown;
 }
 

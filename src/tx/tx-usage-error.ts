@@ -29,6 +29,7 @@ export class TxUsageError extends Error {
     super(message);
     this.reason = reason;
   }
+  /** The class name, for stack traces and logs. */
   override get name(): string {
     return 'TxUsageError';
   }

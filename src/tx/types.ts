@@ -2,10 +2,12 @@ import type pg from 'pg';
 
 /** Anything that runs queries with node-postgres' signatures: a pool, a client, or a {@link Tx}. */
 export interface Queryable {
+  /** pg's `query(text, values)`. */
   query<R extends pg.QueryResultRow = Record<string, unknown>>(
     text: string,
     values?: readonly unknown[],
   ): Promise<pg.QueryResult<R>>;
+  /** pg's `query(config)`. */
   query<R extends pg.QueryResultRow = Record<string, unknown>>(
     config: pg.QueryConfig,
   ): Promise<pg.QueryResult<R>>;

@@ -30,6 +30,7 @@ import { invalid, parseOptions } from './parse-options.js';
  * reports it too (phase `'listen'`): a LISTEN there would never hear a notification, so it polls.
  */
 export class TransactionPoolerDetected extends TxKitError {
+  /** The failure kind, `'TransactionPoolerDetected'`. */
   readonly kind = 'TransactionPoolerDetected' as const;
   /** How it was found: declared in the options, or what the probe saw (backend pids, a lost NOTIFY). */
   readonly evidence: string;

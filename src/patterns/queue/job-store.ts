@@ -23,14 +23,19 @@ export type TaskMap = Readonly<Record<string, PayloadSchema>>;
  * `Result` (an `Err` returned by `fn` rolls back and comes back as the `Err`).
  */
 export interface QueueTxManager {
+  /** Runs `fn` in one transaction (`TxManager.do`). */
   do<R>(fn: (tx: Tx) => R): ResultAsync<unknown, unknown>;
 }
 
 /** One failure to write in a batch (`failMany`). */
 export interface FailItem {
+  /** The job and the lease it was claimed under (the failure is fenced by it). */
   readonly job: JobLease;
+  /** The error message stored with the job. */
   readonly error: string;
+  /** Retry after this many ms instead of the backoff. */
   readonly retryInMs?: number | undefined;
+  /** True: dead now, whatever attempts are left. */
   readonly final?: boolean | undefined;
 }
 

@@ -6,6 +6,7 @@ import { runQuery } from '../run-query.js';
 
 /** A count that stops at a cap: exact when below it, "at least `count`" when `exact` is false. */
 export interface BoundedCount {
+  /** The count, or the cap when `exact` is false. */
   readonly count: number;
   /** false when the count reached the cap: there are at least `count` jobs. */
   readonly exact: boolean;

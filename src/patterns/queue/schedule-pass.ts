@@ -9,8 +9,11 @@ import { type DueTicks, dueTicks, nextTick } from './schedule-ticks.js';
 
 /** A schedule this process declares: its name, its definition and the definition's hash. */
 export interface DeclaredSchedule {
+  /** The schedule's name (its key in `schedules`). */
   readonly name: string;
+  /** sha-256 of the definition's canonical JSON: two deploys of the same definition agree. */
   readonly hash: string;
+  /** The definition, normalized as it is stored. */
   readonly definition: StoredSchedule;
 }
 
@@ -26,7 +29,9 @@ export interface ScheduleContext {
 
 /** One tick fired by a pass. */
 export interface ScheduleFiring {
+  /** The schedule that fired. */
   readonly schedule: string;
+  /** The task of the job it enqueued. */
   readonly task: string;
   /** The tick (the job's run_at, and in its key `schedule:<name>:<tick ISO>`). */
   readonly tick: Date;

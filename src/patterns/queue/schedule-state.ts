@@ -20,6 +20,7 @@ export type FireSchedulesOptions = z.input<typeof fireSchedulesOptionsSchema>;
 
 /** A stored schedule, as `queue.listSchedules()` reports it. */
 export interface ScheduleState {
+  /** The schedule's name. */
   readonly name: string;
   /** The definition in force (undefined when this version cannot read it, or before the first reconcile). */
   readonly definition: StoredSchedule | undefined;
