@@ -6,13 +6,13 @@
 // moves every entry under `## [Unreleased]` into a `## [0.3.0] — <today>` section right below it (merged
 // into that section, subsection by subsection, when it exists already: run it again after merging
 // branches that added lines under Unreleased), leaves an empty Unreleased section, and sets package.json's
-// version. It does not commit, tag or publish. test/unit/release-notes.test.ts holds package.json's
+// version. It does not commit, tag or publish. test/unit/release-manifest.test.ts holds package.json's
 // version and the CHANGELOG's newest release together.
 import { readFileSync, writeFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 
-const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
+// npm runs scripts in the package's root; test/unit/changelog-cut.test.ts runs it in a scratch copy.
+const ROOT = process.cwd();
 const version = process.argv[2];
 if (!version || !/^\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$/.test(version)) {
   console.error('usage: npm run changelog:cut -- <version>   (semver, e.g. 0.3.0)');
