@@ -112,3 +112,66 @@ describe('runAt outside PostgreSQL timestamp range', () => {
     expect(r.isOk()).toBe(true);
   });
 });
+
+describe('a lease shorter than the floor (5 s)', () => {
+  // A lease of 0 ms expired the moment its job was claimed: the reaper or another claim took it back and
+  // the job ran again while its first run went on (one job ran 3 times, 2 at once).
+  const job = { id: '1', leaseToken: '00000000-0000-4000-8000-000000000000' };
+  const shortLeases = [0, 1, 150, '300ms', '4999ms', '4.9s'];
+
+  const leaseIssue = (e: unknown) => {
+    const error = e as { kind?: string; issues?: { path: unknown[]; message: string }[] };
+    expect(error.kind).toBe('InvalidOptions');
+    const issue = error.issues?.find((i) => i.path.includes('lease'));
+    expect(issue?.message).toMatch(/at least 5 s/);
+  };
+
+  it('new Queue: InvalidOptions on lease', () => {
+    for (const lease of shortLeases) {
+      let thrown: unknown;
+      try {
+        new Queue({ pool, txManager: new TxManager(pool), tasks, lease });
+      } catch (e) {
+        thrown = e;
+      }
+      leaseIssue(thrown);
+    }
+  });
+
+  it('work(): InvalidOptions on lease, no worker started, nothing sent', async () => {
+    const { queue, sent } = await freshQueue();
+    for (const lease of shortLeases) {
+      let thrown: unknown;
+      try {
+        queue.work({ email: () => {} }, { lease });
+      } catch (e) {
+        thrown = e;
+      }
+      leaseIssue(thrown);
+    }
+    expect(sent).toEqual([]);
+  });
+
+  it('claim, claimBatch, extend, extendMany, completeAndTakeNext: InvalidOptions, nothing sent', async () => {
+    const { queue, sent } = await freshQueue();
+    for (const lease of shortLeases) {
+      leaseIssue((await queue.claim({ lease }))._unsafeUnwrapErr());
+      leaseIssue((await queue.claimBatch({ lease }))._unsafeUnwrapErr());
+      leaseIssue((await queue.extend(job, lease))._unsafeUnwrapErr());
+      leaseIssue((await queue.extendMany([job], lease))._unsafeUnwrapErr());
+      const claimed = { ...job, group: 'g' };
+      leaseIssue((await queue.completeAndTakeNext([claimed], { lease }))._unsafeUnwrapErr());
+    }
+    expect(sent).toEqual([]);
+  });
+
+  it('the floor itself is accepted', async () => {
+    const { queue } = await freshQueue();
+    await queue.enqueue(pool, 'email', { to: 'a' });
+    const [c] = (await queue.claim({ lease: '5s' }))._unsafeUnwrap();
+    expect(c).toBeDefined();
+    (await queue.extend(c!, 5000))._unsafeUnwrap();
+    (await queue.complete(c!))._unsafeUnwrap();
+    expect(new Queue({ pool, txManager: new TxManager(pool), tasks, lease: 5000 }).leaseMs).toBe(5000);
+  });
+});

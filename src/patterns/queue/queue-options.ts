@@ -22,6 +22,22 @@ const NO_NUL = 'must not contain NUL (U+0000): PostgreSQL text cannot store it';
 /** A task name as stored in the jobs table. */
 const taskName = z.string().min(1).refine(storable, NO_NUL);
 
+/**
+ * The shortest lease a claim may take: 5 s. A worker's heartbeat extends a lease once it is a third old
+ * (checked every sixth of the lease), so a lease must outlast a claim's round trip, the wait for the next
+ * heartbeat and an extension's round trip, on a busy event loop and a slow network. A lease of 0 ms was
+ * once accepted: the job expired the moment it was claimed, the reaper gave it back and another worker
+ * ran it while the first run went on (one job ran 3 times, 2 at once). Below 5 s a pause of the process
+ * (a garbage collection, a CPU-starved container) of a second or two is enough to run a job twice.
+ */
+export const MIN_LEASE_MS = 5000;
+
+/** A lease: a duration of at least {@link MIN_LEASE_MS} (5 s). */
+export const leaseSchema = durationSchema.refine(
+  (ms) => ms >= MIN_LEASE_MS,
+  'at least 5 s: a shorter lease can expire while its job runs, and the job runs twice',
+);
+
 /** A capability a task requires and a worker declares ('publish-token'). */
 export const capabilityName = z.string().min(1).max(200).refine(storable, NO_NUL);
 
@@ -87,8 +103,8 @@ export const queueOptionsSchema = z.strictObject({
   maxAttempts: z.number().int().min(1).max(1_000_000).default(5),
   /** Default retry backoff. */
   backoff: backoffSchema.default({ baseMs: 1000, capMs: 3_600_000 }),
-  /** Default lease of a claim. */
-  lease: durationSchema.default(30_000),
+  /** Default lease of a claim (at least 5 s). */
+  lease: leaseSchema.default(30_000),
   /** Recurring schedules: name → definition (validated by `declareSchedules` in the constructor). */
   schedules: z.record(z.string(), z.unknown()).optional(),
   /**
@@ -157,8 +173,8 @@ export const enqueueManyOptionsSchema = enqueueOptionsSchema
 export const claimOptionsSchema = z.strictObject({
   /** How many jobs to claim at most. */
   batch: z.number().int().min(1).max(10_000).default(1),
-  /** Lease per job (default: the queue's). */
-  lease: durationSchema.optional(),
+  /** Lease per job (default: the queue's; at least 5 s). */
+  lease: leaseSchema.optional(),
   /** Only these tasks (default: every task registered with the queue). */
   tasks: z.array(taskName).min(1).optional(),
 });

@@ -794,7 +794,8 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
   }
 
   /**
-   * Extends a running job's lease to now + `lease` (heartbeat). `LeaseLost` when it is no longer ours.
+   * Extends a running job's lease to now + `lease` (heartbeat; at least 5 s, else `InvalidOptions` and
+   * nothing sent). `LeaseLost` when it is no longer ours.
    *
    * @example
    * const until = await queue.extend(job, '2m');
@@ -819,14 +820,15 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
     jobs: readonly JobLease[],
     lease: number | string = this.leaseMs,
   ): ResultAsync<Map<string, Date>, InvalidOptions | DatabaseFailure> {
-    const parsed = parseOptions(claimOptionsSchema.shape.lease, lease);
+    // As an object, so the issue's path names the lease.
+    const parsed = parseOptions(claimOptionsSchema.pick({ lease: true }), { lease });
     if (parsed.isErr()) return errAsync(parsed.error);
     const valid = splitLeases(jobs, (j) => j).valid;
     if (valid.length === 0) return okAsync(new Map());
     return run<{ id: string; lease_expires_at: Date }>(this.pool, this.#sql.extend, [
       valid.map((j) => j.id),
       valid.map((j) => j.leaseToken),
-      parsed.value ?? this.leaseMs,
+      parsed.value.lease ?? this.leaseMs,
     ]).map((res) => new Map(res.rows.map((r) => [String(r.id), r.lease_expires_at])));
   }
 

@@ -5,7 +5,13 @@ import type { Tx } from '../../tx/types.js';
 import type { Job } from './job.js';
 import type { TaskMap } from './job-store.js';
 import type { PayloadOutput } from './payload-schema.js';
-import { capabilityName, durationSchema, pruneFieldsSchema, SOME_RETENTION } from './queue-options.js';
+import {
+  capabilityName,
+  durationSchema,
+  leaseSchema,
+  pruneFieldsSchema,
+  SOME_RETENTION,
+} from './queue-options.js';
 import type { ScheduleFiring } from './schedule-pass.js';
 
 /** What a handler gets besides its job. */
@@ -128,8 +134,8 @@ export const workOptionsSchema = z.strictObject({
   pollInterval: durationSchema.default(1000),
   /** LISTEN for enqueue notifications on a dedicated pooled connection (false behind PgBouncer transaction pooling). */
   listen: z.boolean().default(true),
-  /** Lease per claim (default: the queue's); the worker extends it while a handler runs. */
-  lease: durationSchema.optional(),
+  /** Lease per claim (default: the queue's; at least 5 s); the worker extends it while a handler runs. */
+  lease: leaseSchema.optional(),
   /** Abort a handler (signal) and fail its job after this long. */
   handlerTimeout: durationSchema.optional(),
   /** On stop, wait this long for running handlers, then abort them and release their jobs. */
