@@ -65,8 +65,11 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
   /** Heartbeats, reaps and prunes the timers started and that have not ended: stop() waits for them. */
   readonly #background = new Set<Promise<void>>();
   #unobserve: () => void = () => {};
-  /** LISTEN connection failures since it last worked (a streak is logged once at error). */
-  #listenFailures = 0;
+  /**
+   * Failures in a row of each recurring phase (claim, heartbeat, reap, prune, LISTEN, scheduler) since it
+   * last worked: a streak is logged once at error, its repeats at debug, its end at info (see #failed).
+   */
+  readonly #streaks = new Map<WorkerPhase, number>();
   /** Jobs held beyond the handler slots (the local queue's target); adapts when prefetch is 'auto'. */
   #prefetch: number;
   /** Room reserved for the jobs completions in flight may take over (see #takeOverParams). */
@@ -147,6 +150,7 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
         intervalMs: this.#o.scheduleInterval,
         livenessMs: this.#o.scheduleLiveness,
         onPass: (r) => {
+          this.#worked('schedule', 'scheduler passes work again');
           for (const f of r.fired) this.#hook(() => this.#o.hooks?.onScheduleFired?.(f));
           if (r.unreadable.length > 0) {
             const names = r.unreadable.join(', ');
@@ -156,7 +160,7 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
             );
           }
         },
-        onError: (e) => this.#error(e, 'schedule'),
+        onError: (e) => this.#failed(e, 'schedule'),
       });
     }
     if (this.#tasks.length === 0 && this.#scheduler === undefined) {
@@ -188,17 +192,8 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
                 1,
                 `LISTEN refused; the worker polls every ${this.#o.pollInterval} ms instead`,
               )
-            : this.#error(e, 'listen', ++this.#listenFailures),
-        onListening: () => {
-          if (this.#listenFailures > 0) {
-            this.#log.info(
-              'listen',
-              { phase: 'listen', failures: this.#listenFailures },
-              'LISTEN connection back',
-            );
-          }
-          this.#listenFailures = 0;
-        },
+            : this.#failed(e, 'listen'),
+        onListening: () => this.#worked('listen', 'LISTEN connection back'),
       });
       this.#listener.start();
     }
@@ -338,6 +333,27 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
     }
   }
 
+  /**
+   * Reports a failure of a recurring phase (a claim, a heartbeat, a reap, a prune, the LISTEN connection,
+   * a scheduler pass): the first of a streak at error, the repeats at debug with their `streak` number,
+   * so a database down for minutes writes one error line per phase, not one per attempt. The hooks'
+   * onError is called every time. Returns the streak's length.
+   */
+  #failed(error: unknown, phase: WorkerPhase, message?: string): number {
+    const streak = (this.#streaks.get(phase) ?? 0) + 1;
+    this.#streaks.set(phase, streak);
+    this.#error(error, phase, streak, message);
+    return streak;
+  }
+
+  /** A recurring phase worked: its failure streak, if any, ends with one info line (`back`: what works). */
+  #worked(phase: WorkerPhase, back: string): void {
+    const failures = this.#streaks.get(phase) ?? 0;
+    if (failures === 0) return;
+    this.#streaks.delete(phase);
+    this.#log.info(phase, { phase, failures }, `${back} after ${failures} failures`);
+  }
+
   /** Jobs held now: running plus buffered, plus the room reserved for completions' take-overs. */
   get #held(): number {
     return this.#runner.size + this.#buffer.length + this.#reserved;
@@ -392,7 +408,6 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
   }
 
   async #claimLoop(): Promise<void> {
-    let failures = 0;
     while (!this.#stopping) {
       const want = this.#want();
       if (want <= 0) {
@@ -408,17 +423,9 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
         if (r.isErr()) throw r.error;
         claimed = r.value.jobs;
         rateWaitMs = r.value.waitMs;
-        if (failures > 0) {
-          this.#log.info(
-            'claim',
-            { phase: 'claim', failures },
-            `claims work again after ${failures} failures`,
-          );
-        }
-        failures = 0;
+        this.#worked('claim', 'claims work again');
       } catch (e) {
-        this.#error(e, 'claim', failures + 1);
-        failures++;
+        const failures = this.#failed(e, 'claim');
         // Back off on a failing database (bounded), but wake on stop.
         await this.#wake.wait(Math.min(this.#o.pollInterval, 100 * 2 ** Math.min(failures, 5)));
         continue;
@@ -507,9 +514,13 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
 
   async #heartbeat(): Promise<void> {
     try {
-      this.#counters.lost += await this.#runner.heartbeat(this.#buffer);
+      const r = await this.#runner.heartbeat(this.#buffer);
+      if (r.isErr()) return void this.#failed(r.error, 'heartbeat');
+      if (r.value === undefined) return; // no lease was due: nothing sent, nothing learnt
+      this.#counters.lost += r.value;
+      this.#worked('heartbeat', 'heartbeats work again');
     } catch (e) {
-      this.#error(e, 'heartbeat');
+      this.#failed(e, 'heartbeat');
     }
   }
 
@@ -528,9 +539,10 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
     try {
       const { every: _every, ...options } = retention;
       const r = await this.#store.prune(options);
-      if (r.isErr()) this.#error(r.error, 'prune');
+      if (r.isErr()) this.#failed(r.error, 'prune');
+      else this.#worked('prune', 'prune works again');
     } catch (e) {
-      this.#error(e, 'prune');
+      this.#failed(e, 'prune');
     }
   }
 
@@ -538,10 +550,11 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
     if (this.#stopping) return;
     try {
       const r = await this.#store.reap();
-      if (r.isErr()) return this.#error(r.error, 'reap');
+      if (r.isErr()) return void this.#failed(r.error, 'reap');
+      this.#worked('reap', 'reap works again');
       if (r.value.requeued > 0) this.#wake.wake();
     } catch (e) {
-      this.#error(e, 'reap');
+      this.#failed(e, 'reap');
     }
   }
 }
