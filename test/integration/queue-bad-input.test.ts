@@ -43,6 +43,19 @@ describe('ids beyond bigint', () => {
     expect(sent).toEqual([]);
   });
 
+  it('redrive of an id that is not a number: one issue that says so, nothing sent', async () => {
+    const { queue, sent } = await freshQueue();
+    for (const id of ['abc', '-1', '1.5', '', -1, 1.5]) {
+      const e = (await queue.redrive({ ids: ['7', id as string] }))._unsafeUnwrapErr();
+      expect(e.kind).toBe('InvalidOptions');
+      const issues = e.kind === 'InvalidOptions' ? e.issues : [];
+      expect(issues.map((i) => [i.path, i.message])).toEqual([
+        [['ids', 1], 'not a job id (a whole number from 0 to 9223372036854775807)'],
+      ]);
+    }
+    expect(sent).toEqual([]);
+  });
+
   it('redrive: InvalidOptions, nothing sent', async () => {
     const { queue, sent } = await freshQueue();
     const r = await queue.redrive({ ids: ['1', BEYOND_BIGINT] });

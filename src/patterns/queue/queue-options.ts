@@ -193,18 +193,22 @@ export const failOptionsSchema = z.strictObject({
   final: z.boolean().default(false),
 });
 
+/**
+ * A job id: a whole number from 0 to the largest bigint, as a string of digits or a number. One check
+ * with one message: a union of string and number schemas followed by a range check reported two issues
+ * for 'abc', the second one wrong ("beyond bigint").
+ */
+const jobIdSchema = z.custom<string | number>(
+  (v) => (typeof v === 'string' || (typeof v === 'number' && Number.isSafeInteger(v))) && isJobId(v),
+  'not a job id (a whole number from 0 to 9223372036854775807)',
+);
+
 /** Options of `redrive`. */
 export const redriveOptionsSchema = z.strictObject({
   /** Only dead jobs of this task. */
   task: taskName.optional(),
   /** Only these job ids. */
-  ids: z
-    .array(
-      z
-        .union([z.string().regex(/^\d+$/), z.number().int().nonnegative()])
-        .refine(isJobId, 'not a job id (beyond bigint)'),
-    )
-    .optional(),
+  ids: z.array(jobIdSchema).optional(),
   /** At most this many jobs (default 1000). */
   limit: z.number().int().min(1).max(1_000_000).default(1000),
 });
