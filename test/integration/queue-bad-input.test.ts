@@ -188,3 +188,24 @@ describe('a lease shorter than the floor (5 s)', () => {
     expect(new Queue({ pool, txManager: new TxManager(pool), tasks, lease: 5000 }).leaseMs).toBe(5000);
   });
 });
+
+describe("a schema the queue's tables must not go into", () => {
+  it('public, information_schema, pg_catalog, pg_toast and any pg_ schema: InvalidOptions on schema', () => {
+    for (const schema of ['public', 'information_schema', 'pg_catalog', 'pg_toast', 'pg_temp', 'pg_jobs']) {
+      let thrown: unknown;
+      try {
+        new Queue({ pool, txManager: new TxManager(pool), tasks, schema });
+      } catch (e) {
+        thrown = e;
+      }
+      const error = thrown as { kind?: string; issues?: { path: unknown[]; message: string }[] };
+      expect(error?.kind, schema).toBe('InvalidOptions');
+      expect(error.issues?.map((i) => i.path)).toEqual([['schema']]);
+      expect(error.issues?.[0]?.message).toMatch(/a schema of its own/);
+    }
+    // Names that merely contain those words are the queue's own.
+    for (const schema of ['public_jobs', 'my_pg_queue', 'jobs']) {
+      expect(new Queue({ pool, txManager: new TxManager(pool), tasks, schema }).schema).toBe(schema);
+    }
+  });
+});

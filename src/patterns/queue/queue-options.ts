@@ -74,9 +74,19 @@ export const groupLimitsSchema = z
   })
   .refine((l) => l.concurrency !== undefined || l.rate !== undefined, 'give concurrency, rate or both');
 
+/**
+ * The queue's schema: a lower-case identifier, and a schema of the queue's own. `public` (where the
+ * application's tables are; the queue's migrations would create their tables and functions among them),
+ * `information_schema` and PostgreSQL's reserved `pg_*` schemas (pg_catalog, pg_toast, pg_temp…) were
+ * accepted: the queue's tables were created there, or the migration failed half-way.
+ */
 const schemaName = z
   .string()
-  .regex(/^[a-z_][a-z0-9_]{0,40}$/, 'a lower-case identifier of at most 41 characters (letters, digits, _)');
+  .regex(/^[a-z_][a-z0-9_]{0,40}$/, 'a lower-case identifier of at most 41 characters (letters, digits, _)')
+  .refine(
+    (name) => name !== 'public' && name !== 'information_schema' && !name.startsWith('pg_'),
+    "a schema of its own for the queue's tables: not public, information_schema or a pg_ schema",
+  );
 
 /** Options of `new Queue(...)` (validated; the type comes from this schema). */
 export const queueOptionsSchema = z.strictObject({
