@@ -113,6 +113,22 @@ describe('runAt outside PostgreSQL timestamp range', () => {
     expect(sent).toEqual([]);
   });
 
+  it('an invalid Date (new Date(NaN)): InvalidOptions that says "invalid date", nothing sent', async () => {
+    const { queue, sent } = await freshQueue();
+    const one = (
+      await queue.enqueue(pool, 'email', { to: 'a' }, { runAt: new Date(Number.NaN) })
+    )._unsafeUnwrapErr();
+    const many = (
+      await queue.enqueueMany(pool, 'email', [{ to: 'a' }], { runAt: new Date('not a date') })
+    )._unsafeUnwrapErr();
+    for (const e of [one, many]) {
+      expect(e.kind).toBe('InvalidOptions');
+      const issues = e.kind === 'InvalidOptions' ? e.issues : [];
+      expect(issues.map((i) => [i.path, i.message])).toEqual([[['runAt'], 'invalid date (its time is NaN)']]);
+    }
+    expect(sent).toEqual([]);
+  });
+
   it('enqueueMany: InvalidOptions on runAt', async () => {
     const { queue } = await freshQueue();
     const r = await queue.enqueueMany(pool, 'email', [{ to: 'a' }], { runAt: ancient });

@@ -147,7 +147,10 @@ const EARLIEST_TIMESTAMP = new Date(Date.UTC(-4713, 10, 24));
 export const enqueueOptionsSchema = z.strictObject({
   /** Earliest time the job may run (default now). */
   runAt: z
-    .date()
+    .date({
+      // zod's own text for an Invalid Date was "expected date, received Date".
+      error: (issue) => (issue.input instanceof Date ? 'invalid date (its time is NaN)' : 'expected a Date'),
+    })
     .min(EARLIEST_TIMESTAMP, 'before the earliest timestamp PostgreSQL stores (4714-11-24 BC)')
     .optional(),
   /** Lower runs first (default 0). */
