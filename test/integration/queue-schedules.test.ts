@@ -272,3 +272,64 @@ describe('worker requirements', () => {
     expect(w.counters.started).toBe(0);
   });
 });
+
+describe('schedules: a cron that runs out of ticks', () => {
+  it('a cron that never fires again (its last tick, by its year field, is in the past) is refused at definition', () => {
+    let thrown: unknown;
+    try {
+      new Queue({
+        pool,
+        txManager: tm,
+        tasks,
+        schedules: { y2020: { cron: '0 0 0 1 1 * 2020', task: 'ping' } },
+      });
+    } catch (e) {
+      thrown = e;
+    }
+    const e = thrown as { kind?: string; issues?: { path: unknown[]; message: string }[] };
+    expect(e.kind).toBe('InvalidOptions');
+    expect(e.issues?.map((i) => i.path)).toEqual([['schedules', 'y2020', 'cron']]);
+    expect(e.issues?.[0]?.message).toMatch(/never fires again/);
+  });
+
+  it('a cron whose last tick passes ends alone: its tick fires, it is reported ended, and the other schedules fire', async () => {
+    // One tick, two seconds from now on the server's clock (a seconds-and-year cron): valid when declared.
+    const at = (
+      await pool.query<{ t: Date }>("SELECT date_trunc('second', now()) + interval '2 seconds' AS t")
+    ).rows[0]!.t;
+    const cron = `${at.getUTCSeconds()} ${at.getUTCMinutes()} ${at.getUTCHours()} ${at.getUTCDate()} ${at.getUTCMonth() + 1} * ${at.getUTCFullYear()}`;
+    const schedules = {
+      last: { cron, task: 'ping' },
+      hourly: { every: '1h', task: 'ping', missed: 'once' },
+    } as const;
+    const { schema } = await freshSchema();
+    const [r] = replicasOf(1, schema, schedules);
+    (await r!.queue.fireSchedules())._unsafeUnwrap();
+    await setNextRun(pool, schema, 'hourly', await serverHour(pool, 0));
+    // Past the cron's only tick on the server's clock (polled, not slept).
+    await eventually(
+      async () => (await pool.query<{ past: boolean }>('SELECT now() > $1 AS past', [at])).rows[0]!.past,
+    );
+    const pass = (await r!.queue.fireSchedules())._unsafeUnwrap();
+    expect(pass.fired.map((f) => [f.schedule, f.tick.toISOString()]).sort()).toEqual(
+      [
+        ['hourly', (await serverHour(pool, 0)).toISOString()],
+        ['last', at.toISOString()],
+      ].sort(),
+    );
+    expect(pass.ended).toEqual(['last']);
+    expect(pass.failed).toEqual([]);
+    const states = (await r!.queue.listSchedules())._unsafeUnwrap();
+    expect(states.find((s) => s.name === 'last')).toMatchObject({
+      enabled: false,
+      nextRunAt: null,
+      fired: 1,
+    });
+    // Later passes leave it alone and go on with the others.
+    await setNextRun(pool, schema, 'hourly', await serverHour(pool, 0));
+    const later = (await r!.queue.fireSchedules())._unsafeUnwrap();
+    expect(later.fired.map((f) => f.schedule)).toEqual(['hourly']);
+    expect(later.ended).toEqual([]);
+    expect(later.redefined).toEqual([]);
+  });
+});

@@ -1,7 +1,7 @@
 import { ResultAsync } from 'neverthrow';
 import type pg from 'pg';
 import { classify } from '../../errors/classify.js';
-import type { DatabaseFailure } from '../../errors/errors.js';
+import { type DatabaseFailure, ScheduleFailed } from '../../errors/errors.js';
 import { inClientTransaction } from './in-client-transaction.js';
 import { parseStoredSchedule, type StoredSchedule } from './schedule-options.js';
 import type { ScheduleRow, ScheduleStatements } from './schedule-sql.js';
@@ -46,6 +46,16 @@ export interface SchedulePassResult {
   readonly disabled: readonly string[];
   /** Schedules whose stored definition this version cannot read (a newer version's feature): left alone. */
   readonly unreadable: readonly string[];
+  /**
+   * Schedules that ran out of ticks in this pass (a cron whose year field ends): their last ticks fired,
+   * and their `nextRunAt` is null from now on. A later deploy with another definition starts them again.
+   */
+  readonly ended: readonly string[];
+  /**
+   * Schedules this pass could not handle (their next tick could not be computed): each left as it was,
+   * with the error; the pass fired the others and committed.
+   */
+  readonly failed: readonly ScheduleFailed[];
 }
 
 /** The key of a tick's job: `schedule:<name>:<tick ISO>`. */
@@ -75,7 +85,7 @@ export function runSchedulePass(
     if (!options.declare) {
       const due = await ctx.pool.query<{ due: boolean }>(ctx.sql.anyDue);
       if (due.rows[0]?.due !== true)
-        return { fired: [], skipped: 0, redefined: [], disabled: [], unreadable: [] };
+        return { fired: [], skipped: 0, redefined: [], disabled: [], unreadable: [], ended: [], failed: [] };
     }
     return inClientTransaction(ctx.pool, (client) => pass(client, ctx, options));
   };
@@ -98,6 +108,8 @@ async function pass(
   const redefined: string[] = [];
   const disabled: string[] = [];
   const unreadable: string[] = [];
+  const ended: string[] = [];
+  const failed: ScheduleFailed[] = [];
   let rows: ScheduleRow[];
   let winners = new Map<string, { hash: string; definition: unknown }>();
   if (options.declare) {
@@ -120,10 +132,15 @@ async function pass(
     if (row.enabled && row.next_run_at !== null && row.next_run_at.getTime() <= now.getTime()) {
       if (stored === undefined) unreadable.push(row.name);
       else {
-        const due = dueTicks(stored, row.next_run_at, now);
+        // The tick arithmetic runs in JavaScript, before this schedule's statements: when it throws, this
+        // schedule is left as it was and the others go on (it once rolled back the whole pass, for every
+        // schedule of the queue, on every retry).
+        const due = ticksOf(row.name, () => dueTicks(stored, row.next_run_at ?? now, now), failed);
+        if (due === undefined) continue;
         fired.push(...(await fire(client, ctx, row.name, stored, due)));
         skipped += due.skipped;
         row.last_tick = due.latest ?? row.last_tick;
+        if (due.next === undefined) ended.push(row.name);
       }
     }
     if (!options.declare) continue;
@@ -141,15 +158,29 @@ async function pass(
       if (!unreadable.includes(row.name)) unreadable.push(row.name);
       continue;
     }
-    await client.query(sql.redefine, [
-      row.name,
-      winner.hash,
-      JSON.stringify(definition),
-      nextTick(definition, now),
-    ]);
+    const first = ticksOf(row.name, () => ({ next: nextTick(definition, now) }), failed);
+    if (first === undefined) continue;
+    // Ended already (disabled, no tick left) under this same definition: nothing to write or report.
+    if (first.next === undefined && winner.hash === row.hash && row.next_run_at === null) continue;
+    await client.query(sql.redefine, [row.name, winner.hash, JSON.stringify(definition), first.next ?? null]);
     redefined.push(row.name);
+    if (first.next === undefined) ended.push(row.name);
   }
-  return { fired, skipped, redefined, disabled, unreadable };
+  return { fired, skipped, redefined, disabled, unreadable, ended, failed };
+}
+
+/**
+ * Runs one schedule's tick arithmetic; when it throws, records a {@link ScheduleFailed} for that
+ * schedule in `failed` and returns undefined (the caller skips it).
+ */
+function ticksOf<R>(name: string, compute: () => R, failed: ScheduleFailed[]): R | undefined {
+  try {
+    return compute();
+  } catch (error) {
+    const reason = error instanceof Error ? error.message : String(error);
+    failed.push(new ScheduleFailed(name, `its next tick could not be computed: ${reason}`, error));
+    return undefined;
+  }
 }
 
 /** Inserts the jobs of `due.fire` and moves the schedule past every due tick (its row is locked). */
@@ -172,7 +203,14 @@ async function fire(
     keys,
   ]);
   const ids = new Map(inserted.rows.map((r) => [r.key, String(r.id)]));
-  await client.query(ctx.sql.advance, [name, due.next, due.latest ?? null, due.fire.length, due.skipped]);
+  // next_run_at NULL when the schedule has no tick left: never due again (the due index skips it).
+  await client.query(ctx.sql.advance, [
+    name,
+    due.next ?? null,
+    due.latest ?? null,
+    due.fire.length,
+    due.skipped,
+  ]);
   return due.fire.map((tick, i) => ({
     schedule: name,
     task: definition.task,

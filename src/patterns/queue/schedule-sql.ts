@@ -69,10 +69,11 @@ export function scheduleStatements(schema: string): ScheduleStatements {
        ORDER BY name, first_declared_at DESC, hash`,
     // Lock: the schedule's row, already locked FOR UPDATE by this pass.
     disable: `UPDATE ${s}.schedules SET enabled = false, next_run_at = NULL, updated_at = now() WHERE name = $1`,
-    // Lock: the schedule's row, already locked FOR UPDATE by this pass.
+    // Lock: the schedule's row, already locked FOR UPDATE by this pass. A definition with no tick left
+    // (a cron whose year field ended) is stored disabled, with no next run.
     redefine: `
-      UPDATE ${s}.schedules SET hash = $2, definition = $3::jsonb, enabled = true, next_run_at = $4,
-             updated_at = now()
+      UPDATE ${s}.schedules SET hash = $2, definition = $3::jsonb, enabled = ($4::timestamptz IS NOT NULL),
+             next_run_at = $4, updated_at = now()
        WHERE name = $1`,
     // Lock: ROW EXCLUSIVE on jobs; the partial unique index jobs_key by speculative insertion (a live job
     // already holding the tick's key makes it DO NOTHING). Runs in the pass transaction holding the
@@ -84,9 +85,10 @@ export function scheduleStatements(schema: string): ScheduleStatements {
         FROM unnest($7::timestamptz[], $8::text[]) AS t(run_at, key)
       ON CONFLICT (task, key) WHERE key IS NOT NULL AND state IN ('pending', 'running') DO NOTHING
       RETURNING j.id, j.key`,
-    // Lock: the schedule's row, already locked FOR UPDATE by this pass.
+    // Lock: the schedule's row, already locked FOR UPDATE by this pass. No next tick (a cron whose year
+    // field ended): disabled, with no next run (the CHECK ties an enabled schedule to its next run).
     advance: `
-      UPDATE ${s}.schedules SET next_run_at = $2, last_tick = coalesce($3, last_tick), fired = fired + $4, skipped = skipped + $5,
+      UPDATE ${s}.schedules SET next_run_at = $2, enabled = ($2::timestamptz IS NOT NULL), last_tick = coalesce($3, last_tick), fired = fired + $4, skipped = skipped + $5,
              updated_at = now()
        WHERE name = $1`,
     // Lock: none (a plain read).

@@ -5,7 +5,8 @@ import type { StoredSchedule } from './schedule-options.js';
 const MAX_TICKS_SCANNED = 100_000;
 
 /**
- * The first tick of `s` strictly after `after`. A cron is evaluated in its time zone by croner: a
+ * The first tick of `s` strictly after `after`, or undefined when there is none: a cron whose year field
+ * ends ('0 0 6 * * * 2027') runs out of ticks after its last one. A cron is evaluated in its time zone by croner: a
  * wall-clock time that does not exist that day (spring forward) comes at the next existing time, one that
  * happens twice (fall back) once, the first time. An interval ticks at the multiples of `every` since the
  * epoch, so every replica and every version computes the same instants.
@@ -14,12 +15,11 @@ const MAX_TICKS_SCANNED = 100_000;
  * nextTick({ ...daily, cron: '30 2 * * *', tz: 'Europe/Paris' }, new Date('2026-03-28T12:00:00Z'));
  * // 2026-03-29T01:30:00Z: 03:30 CEST, 02:30 does not exist that night
  */
-export function nextTick(s: StoredSchedule, after: Date): Date {
+export function nextTick(s: StoredSchedule, after: Date): Date | undefined {
   if (s.every !== null) return new Date((Math.floor(after.getTime() / s.every) + 1) * s.every);
-  const next = new Cron(s.cron ?? '', { timezone: s.tz, paused: true }).nextRun(after);
-  // Validated at declaration: an expression that matches once matches again (no year field).
-  if (next === null) throw new Error(`cron '${s.cron ?? ''}' has no tick after ${after.toISOString()}`);
-  return next;
+  // croner accepts a 7th (year) field: such a cron has a last tick. (It threw here, inside the pass
+  // transaction, which then rolled back for every schedule of the queue, on every retry.)
+  return new Cron(s.cron ?? '', { timezone: s.tz, paused: true }).nextRun(after) ?? undefined;
 }
 
 /** The ticks one pass fires, the count it skips, and the schedule's next run. */
@@ -28,8 +28,8 @@ export interface DueTicks {
   readonly fire: readonly Date[];
   /** Due ticks not enqueued (missed, by the policy). */
   readonly skipped: number;
-  /** The first tick after `now`: the schedule's new `next_run_at`. */
-  readonly next: Date;
+  /** The first tick after `now`: the schedule's new `next_run_at`; undefined when it has no tick left. */
+  readonly next: Date | undefined;
   /** The latest due tick (fired or skipped), or undefined when none was due. */
   readonly latest: Date | undefined;
 }
@@ -49,17 +49,17 @@ export function dueTicks(s: StoredSchedule, from: Date, now: Date): DueTicks {
   const missed: Date[] = [];
   const onTime: Date[] = [];
   let skipped = 0;
-  let tick: Date = from;
+  let tick: Date | undefined = from;
   let scanned = 0;
   let latest: Date | undefined;
-  while (tick.getTime() <= now.getTime()) {
+  while (tick !== undefined && tick.getTime() <= now.getTime()) {
     if (++scanned > MAX_TICKS_SCANNED) {
       // Too many to look at one by one (a per-second schedule down for days): jump to just before the
       // ticks that can still fire (the on-time window and the N missed ones kept), counting the rest.
       scanned = 0;
-      const step = Math.max(1, nextTick(s, tick).getTime() - tick.getTime());
+      const step = Math.max(1, (nextTick(s, tick)?.getTime() ?? tick.getTime()) - tick.getTime());
       const resume = nextTick(s, new Date(onTimeFrom - (keepMissed + 1) * step - 1));
-      if (resume.getTime() > tick.getTime()) {
+      if (resume !== undefined && resume.getTime() > tick.getTime()) {
         skipped += missed.length + estimateTicks(s, tick, resume);
         missed.length = 0;
         tick = resume;
@@ -89,6 +89,6 @@ export function dueTicks(s: StoredSchedule, from: Date, now: Date): DueTicks {
 function estimateTicks(s: StoredSchedule, from: Date, to: Date): number {
   const span = to.getTime() - from.getTime();
   if (s.every !== null) return Math.max(0, Math.floor(span / s.every));
-  const step = nextTick(s, from).getTime() - from.getTime();
+  const step = (nextTick(s, from)?.getTime() ?? from.getTime()) - from.getTime();
   return step > 0 ? Math.max(0, Math.floor(span / step)) : 0;
 }

@@ -150,7 +150,10 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
         intervalMs: this.#o.scheduleInterval,
         livenessMs: this.#o.scheduleLiveness,
         onPass: (r) => {
-          this.#worked('schedule', 'scheduler passes work again');
+          // A schedule the pass could not handle is a failure of this phase (one error line per streak,
+          // also when the same schedule fails on every pass); a pass that handled every one ends it.
+          if (r.failed.length === 0) this.#worked('schedule', 'scheduler passes work again');
+          for (const f of r.failed) this.#failed(f, 'schedule', f.message);
           for (const f of r.fired) this.#hook(() => this.#o.hooks?.onScheduleFired?.(f));
           if (r.unreadable.length > 0) {
             const names = r.unreadable.join(', ');
