@@ -333,3 +333,66 @@ describe('schedules: a cron that runs out of ticks', () => {
     expect(later.redefined).toEqual([]);
   });
 });
+
+describe("schedules: a pass's own declarations are live", () => {
+  it('liveness below 3 s is refused (fireSchedules and work): InvalidOptions, nothing sent', async () => {
+    const { schema } = await freshSchema();
+    const [r] = replicasOf(1, schema, { hourly: { every: '1h', task: 'ping' } });
+    for (const liveness of [1, 100, '2999ms']) {
+      const e = (await r!.queue.fireSchedules({ liveness }))._unsafeUnwrapErr();
+      expect(e.kind).toBe('InvalidOptions');
+      let thrown: unknown;
+      try {
+        r!.queue.work({ ping: () => {} }, { scheduleLiveness: liveness });
+      } catch (error) {
+        thrown = error;
+      }
+      expect((thrown as { kind?: string }).kind).toBe('InvalidOptions');
+    }
+    expect(
+      (await pool.query(`SELECT count(*)::int AS n FROM ${schema}.schedule_declarations`)).rows[0].n,
+    ).toBe(0);
+  });
+
+  it("a declaring pass whose own declaration is older than liveness by the pass's clock does not disable its schedules", async () => {
+    const { schema } = await freshSchema();
+    const [r] = replicasOf(1, schema, {
+      hourly: { every: '1h', task: 'ping' },
+      other: { every: '1h', task: 'ping' },
+    });
+    (await r!.queue.fireSchedules())._unsafeUnwrap();
+    // Another session holds the row of a schedule the pass must insert ('third', declared by nobody yet):
+    // the pass waits on it after its declarations and its clock were taken.
+    const blocker = await pool.connect();
+    try {
+      await pool.query(
+        `INSERT INTO ${schema}.schedule_declarations (name, hash, definition) VALUES ('third', 'h3', '{}')`,
+      );
+      await blocker.query('BEGIN');
+      await blocker.query(
+        `INSERT INTO ${schema}.schedules (name, hash, definition) VALUES ('third', '', '{}')`,
+      );
+      const passing = r!.queue.fireSchedules({ liveness: '1m' });
+      await eventually(async () => {
+        const w = await pool.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO%schedules (name, hash, definition)%'`,
+        );
+        return w.rows[0]!.n > 0;
+      });
+      // While it waits, its declarations age past liveness (what a slow pass, a stall or a clock step does).
+      await pool.query(
+        `UPDATE ${schema}.schedule_declarations SET last_declared_at = now() - interval '1 hour' WHERE name <> 'third'`,
+      );
+      await blocker.query('ROLLBACK');
+      const pass = (await passing)._unsafeUnwrap();
+      expect(pass.disabled).toEqual([]);
+      const states = (await r!.queue.listSchedules())._unsafeUnwrap();
+      expect(states.filter((s) => s.name !== 'third').map((s) => [s.name, s.enabled])).toEqual([
+        ['hourly', true],
+        ['other', true],
+      ]);
+    } finally {
+      blocker.release();
+    }
+  });
+});

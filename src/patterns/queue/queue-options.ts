@@ -38,6 +38,15 @@ export const leaseSchema = durationSchema.refine(
   'at least 5 s: a shorter lease can expire while its job runs, and the job runs twice',
 );
 
+/**
+ * How long a schedule declaration stays live without a refresh: at least 3 s. Workers refresh theirs
+ * every third of it, so a shorter one turns a pause of a replica (a garbage collection, a slow pass, a
+ * pool client waited for) into its schedules being disabled, or another deploy's definition taking over.
+ */
+export const livenessSchema = durationSchema.pipe(
+  z.number().min(3000, 'at least 3 s: workers refresh their declarations every third of it'),
+);
+
 /** A capability a task requires and a worker declares ('publish-token'). */
 export const capabilityName = z.string().min(1).max(200).refine(storable, NO_NUL);
 

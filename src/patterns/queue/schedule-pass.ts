@@ -113,11 +113,15 @@ async function pass(
   let rows: ScheduleRow[];
   let winners = new Map<string, { hash: string; definition: unknown }>();
   if (options.declare) {
-    await client.query(sql.placeholders, [options.liveness]);
+    const names = ctx.declared.map((d) => d.name);
+    const hashes = ctx.declared.map((d) => d.hash);
+    await client.query(sql.placeholders, [options.liveness, names, hashes]);
     rows = (await client.query<ScheduleRow>(sql.lockAll)).rows;
     const found = await client.query<{ name: string; hash: string; definition: unknown }>(sql.winners, [
       options.liveness,
       rows.map((r) => r.name),
+      names,
+      hashes,
     ]);
     winners = new Map(found.rows.map((w) => [w.name, w]));
   } else {

@@ -28,7 +28,14 @@ export interface ScheduleStatements {
 /** Builds the {@link ScheduleStatements} of a queue schema (identifiers quoted, values parameters). */
 export function scheduleStatements(schema: string): ScheduleStatements {
   const s = pg.escapeIdentifier(schema);
-  const live = `last_declared_at > now() - $1::double precision * interval '1 millisecond'`;
+  // Live: refreshed within liveness ($1, ms) by the pass transaction's clock, or declared by this very
+  // pass ($names, $hashes: its own declarations are live whatever the clock says). The pass's now() is
+  // later than its own autocommit declaration; a pass that waited for a lock or a pool client longer than
+  // liveness disabled the schedules it had just declared, and no worker fired them until its next
+  // declaring pass.
+  const live = (names: string, hashes: string) =>
+    `(last_declared_at > now() - $1::double precision * interval '1 millisecond'
+       OR (name, hash) IN (SELECT * FROM unnest(${names}::text[], ${hashes}::text[])))`;
   return {
     // Lock: ROW EXCLUSIVE on schedule_declarations; ON CONFLICT DO UPDATE row-locks this version's own
     // declaration rows until the (autocommit) statement ends. Rows sorted by key, so two replicas of one
@@ -43,7 +50,7 @@ export function scheduleStatements(schema: string): ScheduleStatements {
     // the same name waits for the other transaction, then does nothing; names in order, no deadlock.
     placeholders: `
       INSERT INTO ${s}.schedules (name, hash, definition)
-      SELECT DISTINCT name, '', '{}'::jsonb FROM ${s}.schedule_declarations WHERE ${live}
+      SELECT DISTINCT name, '', '{}'::jsonb FROM ${s}.schedule_declarations WHERE ${live('$2', '$3')}
        ORDER BY name
       ON CONFLICT (name) DO NOTHING`,
     // Lock: FOR UPDATE on every schedule row no other pass holds; SKIP LOCKED: a row another replica is
@@ -65,7 +72,7 @@ export function scheduleStatements(schema: string): ScheduleStatements {
     // most recently) among those a live replica still declares; ties broken by hash.
     winners: `
       SELECT DISTINCT ON (name) name, hash, definition FROM ${s}.schedule_declarations
-       WHERE ${live} AND name = ANY($2::text[])
+       WHERE ${live('$3', '$4')} AND name = ANY($2::text[])
        ORDER BY name, first_declared_at DESC, hash`,
     // Lock: the schedule's row, already locked FOR UPDATE by this pass.
     disable: `UPDATE ${s}.schedules SET enabled = false, next_run_at = NULL, updated_at = now() WHERE name = $1`,

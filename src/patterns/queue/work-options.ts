@@ -9,6 +9,7 @@ import {
   capabilityName,
   durationSchema,
   leaseSchema,
+  livenessSchema,
   pruneFieldsSchema,
   SOME_RETENTION,
 } from './queue-options.js';
@@ -180,8 +181,8 @@ export const workOptionsSchema = z.strictObject({
   schedules: z.boolean().default(true),
   /** How often the scheduler looks for due ticks (default 1 s). */
   scheduleInterval: durationSchema.pipe(z.number().min(10, 'at least 10 ms')).default(1000),
-  /** A schedule declaration not refreshed for this long is no longer live (default 1 minute). */
-  scheduleLiveness: durationSchema.pipe(z.number().min(30, 'at least 30 ms')).default(60_000),
+  /** A schedule declaration not refreshed for this long is no longer live (default 1 minute, at least 3 s). */
+  scheduleLiveness: livenessSchema.default(60_000),
   /** Hooks for errors and job events. */
   hooks: z
     .custom<WorkerHooks>((v) => typeof v === 'object' && v !== null, 'an object of hook functions')
