@@ -396,3 +396,40 @@ describe("schedules: a pass's own declarations are live", () => {
     }
   });
 });
+
+describe('schedules: bounded work per pass after a long outage', () => {
+  it('a per-second schedule down for three hours (an hour of grace): 1000 ticks per pass, every on-time tick once, in later passes', async () => {
+    const { schema } = await freshSchema();
+    const [r] = replicasOf(1, schema, { beat: { every: '1s', task: 'ping', grace: '1h' } });
+    (await r!.queue.fireSchedules())._unsafeUnwrap();
+    const start = (
+      await pool.query<{ t: Date }>("SELECT date_trunc('second', now()) - interval '3 hours' AS t")
+    ).rows[0]!.t;
+    await setNextRun(pool, schema, 'beat', start);
+    const sizes: number[] = [];
+    let skipped = 0;
+    for (;;) {
+      const pass = (await r!.queue.fireSchedules({ declare: false }))._unsafeUnwrap();
+      sizes.push(pass.fired.length);
+      skipped += pass.skipped;
+      if (pass.fired.length < 1000) break;
+    }
+    expect(sizes[0]).toBe(1000);
+    expect(Math.max(...sizes)).toBe(1000);
+    expect(sizes.length).toBeGreaterThanOrEqual(4);
+    // About two hours skipped (older than the grace, by the clock of the first pass that got to them), nothing else.
+    expect(skipped).toBeGreaterThanOrEqual(7190);
+    expect(skipped).toBeLessThanOrEqual(7201);
+    const ticks = (await jobKeys(schema))
+      .map((k) => scheduledTick({ key: k })!.getTime())
+      .sort((a, b) => a - b);
+    expect(new Set(ticks).size).toBe(ticks.length);
+    // One job per second, with no gap, from the first on-time tick to the last pass.
+    expect(ticks.every((t, i) => i === 0 || t - ticks[i - 1]! === 1000)).toBe(true);
+    // Every tick from the start is either skipped (the oldest) or fired (all after them): none lost.
+    expect(ticks[0]).toBe(start.getTime() + skipped * 1000);
+    expect(ticks.length).toBeGreaterThanOrEqual(3600);
+    const [state] = (await r!.queue.listSchedules())._unsafeUnwrap();
+    expect(state?.fired).toBe(ticks.length);
+  });
+});

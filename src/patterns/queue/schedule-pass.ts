@@ -139,7 +139,11 @@ async function pass(
         // The tick arithmetic runs in JavaScript, before this schedule's statements: when it throws, this
         // schedule is left as it was and the others go on (it once rolled back the whole pass, for every
         // schedule of the queue, on every retry).
-        const due = ticksOf(row.name, () => dueTicks(stored, row.next_run_at ?? now, now), failed);
+        // At most MAX_TICKS_FIRED ticks per schedule and pass; the stored last tick says which later
+        // ticks an earlier pass decided to fire and left for this one.
+        const from = row.next_run_at;
+        const decidedUntil = row.last_tick ?? undefined;
+        const due = ticksOf(row.name, () => dueTicks(stored, from, now, { decidedUntil }), failed);
         if (due === undefined) continue;
         fired.push(...(await fire(client, ctx, row.name, stored, due)));
         skipped += due.skipped;

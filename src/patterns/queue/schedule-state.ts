@@ -29,7 +29,10 @@ export interface ScheduleState {
   readonly enabled: boolean;
   /** The next tick to fire (persisted; null when disabled). */
   readonly nextRunAt: Date | null;
-  /** The latest tick handled (fired or skipped). */
+  /**
+   * The latest tick handled (fired or skipped). While more ticks are due than a pass fires (1000), the
+   * latest tick decided: those from `nextRunAt` up to it fire in the next passes.
+   */
   readonly lastTick: Date | null;
   /** Ticks fired so far. */
   readonly fired: number;

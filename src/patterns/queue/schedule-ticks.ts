@@ -1,6 +1,15 @@
 import { Cron } from 'croner';
 import type { StoredSchedule } from './schedule-options.js';
 
+/**
+ * Ticks of one schedule fired by one pass at most: the jobs of a pass are inserted in its transaction, and
+ * after a day down a per-second schedule with a day of grace inserted 86,401 jobs in one transaction
+ * (2.1 million after 24 days). The ticks beyond it that the pass decided to fire fire in the next passes
+ * (a worker passes every second), oldest first, whatever their age by then: nothing the missed-tick
+ * policy keeps is lost.
+ */
+export const MAX_TICKS_FIRED = 1000;
+
 /** Ticks looked at in one pass at most: beyond that (a per-second cron down for days) the rest is skipped. */
 const MAX_TICKS_SCANNED = 100_000;
 
@@ -35,15 +44,43 @@ export interface DueTicks {
 }
 
 /**
- * Which ticks in [`from`, `now`] to fire. A tick no older than `grace` is on time and always fires;
- * older ones were missed (no replica was up) and follow the policy: 'skip' none, 'once' the latest of
- * them when no on-time tick fires anyway, `{ catchUp: N }` the latest N.
+ * Which ticks in [`from`, `now`] to fire, at most `max` ({@link MAX_TICKS_FIRED}). A tick no older than
+ * `grace` is on time and always fires; older ones were missed (no replica was up) and follow the policy:
+ * 'skip' none, 'once' the latest of them when no on-time tick fires anyway, `{ catchUp: N }` the latest N.
+ * When more than `max` are to fire, the oldest `max` fire now, `next` is the first of the others and
+ * `latest` the latest tick decided: the next pass gets it back as `decidedUntil` (the schedule's stored
+ * last tick, then not before its next run) and fires the ticks up to it first, whatever their age by then.
  *
  * @example
  * dueTicks(hourly, new Date('2026-01-01T00:00:00Z'), new Date('2026-01-01T05:00:10Z'));
  * // 'skip': fire [05:00] (on time), skipped 5
  */
-export function dueTicks(s: StoredSchedule, from: Date, now: Date): DueTicks {
+export function dueTicks(
+  s: StoredSchedule,
+  from: Date,
+  now: Date,
+  options: { readonly decidedUntil?: Date | undefined; readonly max?: number } = {},
+): DueTicks {
+  const max = options.max ?? MAX_TICKS_FIRED;
+  const decided = options.decidedUntil;
+  // The ticks an earlier pass decided to fire and left for later (there were more than `max`).
+  const backlog: Date[] = [];
+  let tick: Date | undefined = from;
+  while (decided !== undefined && tick !== undefined && tick.getTime() <= decided.getTime()) {
+    if (backlog.length === max) return { fire: backlog, skipped: 0, next: tick, latest: decided };
+    backlog.push(tick);
+    tick = nextTick(s, tick);
+  }
+  if (tick === undefined) return { fire: backlog, skipped: 0, next: undefined, latest: decided };
+  const due = byPolicy(s, tick, now);
+  const fire = backlog.length === 0 ? due.fire : [...backlog, ...due.fire];
+  const latest = due.latest ?? decided;
+  if (fire.length <= max) return { fire, skipped: due.skipped, next: due.next, latest };
+  return { fire: fire.slice(0, max), skipped: due.skipped, next: fire[max], latest };
+}
+
+/** The ticks in [`from`, `now`] the missed-tick policy fires (all of them), see {@link dueTicks}. */
+function byPolicy(s: StoredSchedule, from: Date, now: Date): DueTicks {
   const onTimeFrom = now.getTime() - s.grace;
   const keepMissed = s.missed === 'skip' ? 0 : s.missed === 'once' ? 1 : s.missed.catchUp;
   const missed: Date[] = [];
