@@ -433,3 +433,68 @@ describe('schedules: bounded work per pass after a long outage', () => {
     expect(state?.fired).toBe(ticks.length);
   });
 });
+
+describe('schedules: a redefinition racing a firing pass', () => {
+  it('a declaring pass that redefines a schedule after another pass fired ticks later than its clock never fires those ticks again', async () => {
+    const { schema } = await freshSchema();
+    const v1 = { every: '1s', task: 'ping', grace: '1m', payload: { v: 1 } } as const;
+    const v2 = { every: '1s', task: 'ping', grace: '1m', payload: { v: 2 } } as const;
+    const [old] = replicasOf(1, schema, { beat: v1 });
+    const [next] = replicasOf(1, schema, { beat: v2 });
+    (await old!.queue.fireSchedules())._unsafeUnwrap();
+    // The interleaving: the new deploy's declaring pass takes its clock, then waits on a row lock (another
+    // session inserting a schedule it must insert too); meanwhile the old replica fires the ticks that come
+    // after that clock; then the new pass goes on and redefines the schedule.
+    await pool.query(
+      `INSERT INTO ${schema}.schedule_declarations (name, hash, definition) VALUES ('third', 'h3', '{}')`,
+    );
+    const blocker = await pool.connect();
+    try {
+      await blocker.query('BEGIN');
+      await blocker.query(
+        `INSERT INTO ${schema}.schedules (name, hash, definition) VALUES ('third', '', '{}')`,
+      );
+      const redefining = next!.queue.fireSchedules();
+      await eventually(async () => {
+        const w = await pool.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO%schedules (name, hash, definition)%'`,
+        );
+        return w.rows[0]!.n > 0;
+      });
+      const blockedAt = (await pool.query<{ t: Date }>('SELECT now() AS t')).rows[0]!.t;
+      // A tick after the waiting pass's clock has come (polled on the server's clock, not slept).
+      await eventually(
+        async () =>
+          (
+            await pool.query<{ ok: boolean }>(
+              "SELECT now() > $1::timestamptz + interval '1.2 seconds' AS ok",
+              [blockedAt],
+            )
+          ).rows[0]!.ok,
+      );
+      const firedByOld = (await old!.queue.fireSchedules({ declare: false }))._unsafeUnwrap().fired;
+      const late = firedByOld.filter((f) => f.tick.getTime() > blockedAt.getTime());
+      expect(late.length).toBeGreaterThan(0);
+      // Those jobs ran and completed (deleted): a key no longer holds a tick back.
+      await pool.query(`DELETE FROM ${schema}.jobs`);
+      await blocker.query('ROLLBACK');
+      const pass = (await redefining)._unsafeUnwrap();
+      expect(pass.redefined).toEqual(['beat']);
+      // The next passes fire the new definition's ticks: none of those the old replica fired.
+      const later: Date[] = [];
+      await eventually(async () => {
+        later.push(
+          ...(await old!.queue.fireSchedules({ declare: false }))._unsafeUnwrap().fired.map((f) => f.tick),
+        );
+        return later.length > 0;
+      });
+      const again = later.filter((t) => firedByOld.some((f) => f.tick.getTime() === t.getTime()));
+      expect(again.map((t) => t.toISOString())).toEqual([]);
+      expect(Math.min(...later.map((t) => t.getTime()))).toBeGreaterThan(
+        Math.max(...firedByOld.map((f) => f.tick.getTime())),
+      );
+    } finally {
+      blocker.release();
+    }
+  });
+});

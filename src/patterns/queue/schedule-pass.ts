@@ -166,7 +166,11 @@ async function pass(
       if (!unreadable.includes(row.name)) unreadable.push(row.name);
       continue;
     }
-    const first = ticksOf(row.name, () => ({ next: nextTick(definition, now) }), failed);
+    // From the later of this pass's clock and the last tick handled: the row was read under its lock, and
+    // another pass may have committed ticks later than this pass's now() (its transaction's start) while
+    // this one waited (for a lock, a pool client); starting after now() fired those ticks again.
+    const after = row.last_tick !== null && row.last_tick.getTime() > now.getTime() ? row.last_tick : now;
+    const first = ticksOf(row.name, () => ({ next: nextTick(definition, after) }), failed);
     if (first === undefined) continue;
     // Ended already (disabled, no tick left) under this same definition: nothing to write or report.
     if (first.next === undefined && winner.hash === row.hash && row.next_run_at === null) continue;
