@@ -266,10 +266,10 @@ describe('upgrade', () => {
       backoff: { baseMs: 0, capMs: 0 },
     });
     expect((await queue.migrate())._unsafeUnwrap()).toEqual({
-      applied: [3, 4, 5, 6, 7, 8, 9, 10],
-      version: 10,
+      applied: [3, 4, 5, 6, 7, 8, 9, 10, 11],
+      version: 11,
     });
-    expect((await queue.migrate())._unsafeUnwrap()).toEqual({ applied: [], version: 10 });
+    expect((await queue.migrate())._unsafeUnwrap()).toEqual({ applied: [], version: 11 });
     (await queue.reap())._unsafeUnwrap();
     const rec = ends();
     const worker = queue.work(

@@ -324,6 +324,11 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
    * limits declared, all of them concurrency.
    */
   readonly takesOver: boolean;
+  /**
+   * Whether the queue declares a rate limit (a group's `rate`, or `taskRates`): its workers claim only for
+   * their free handler slots, with no local queue, so that a job starts when it is claimed.
+   */
+  readonly rated: boolean;
   /** The `logger` option: where the workers' log lines go (else console.error, rate-limited). */
   readonly logger: Logger | undefined;
   /** Spans and counters of enqueues and job runs (no-op without OpenTelemetry). */
@@ -381,7 +386,8 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
     this.requires = Object.freeze({ ...o.requires });
     this.#limits = limitsDeclaration(o.groups, o.taskRates);
     this.limited = this.#limits !== undefined;
-    this.takesOver = this.limited && !ratesDeclared(o.groups, o.taskRates);
+    this.rated = ratesDeclared(o.groups, o.taskRates);
+    this.takesOver = this.limited && !this.rated;
     const declared = declareSchedules(options.schedules, options.tasks);
     if (declared.isErr()) throw declared.error;
     this.#schedules = {

@@ -126,7 +126,9 @@ export const workOptionsSchema = z.strictObject({
    * a full claim (a backlog: few big claims), 0 after a short one (low load: claim only for the free
    * slots plus one job, so nothing is hoarded while another worker is idle; lowest latency). A number
    * fixes it.
-   * Buffered jobs are released at once on stop.
+   * Buffered jobs are released at once on stop. On a queue with a rate limit (a group's `rate`, or
+   * `taskRates`) there is no local queue: claims ask for the free slots only, so a claimed job starts at
+   * once and starts follow the rate.
    */
   prefetch: z.union([z.literal('auto'), z.number().int().min(0).max(10_000)]).default('auto'),
   /** Aborting it stops the worker gracefully (same as stop()). */

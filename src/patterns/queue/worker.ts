@@ -72,6 +72,8 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
   readonly #streaks = new Map<WorkerPhase, number>();
   /** Jobs held beyond the handler slots (the local queue's target); adapts when prefetch is 'auto'. */
   #prefetch: number;
+  /** No local queue at all (a queue with rate limits): prefetch stays 0 and a claim takes no probe job. */
+  readonly #noLocalQueue: boolean;
   /** Room reserved for the jobs completions in flight may take over (see #takeOverParams). */
   #reserved = 0;
   #stopping = false;
@@ -87,7 +89,11 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
     this.#store = store;
     this.#log = new LogSink(store.logger, 'pg-txkit queue worker');
     this.#leaseMs = this.#o.lease ?? store.leaseMs;
-    this.#prefetch = this.#o.prefetch === 'auto' ? 0 : this.#o.prefetch;
+    // A queue with rate limits holds no local queue: a rate counts claims, and jobs claimed ahead of
+    // free slots waited locally and then started in bursts (15 starts in one second against a limit of
+    // 10, 6 against 4). Each claim asks for the free slots only, so a claimed job starts at once.
+    this.#noLocalQueue = store.rated;
+    this.#prefetch = this.#o.prefetch === 'auto' || this.#noLocalQueue ? 0 : this.#o.prefetch;
     const byTask = handlers as Readonly<Record<string, JobHandler<unknown> | undefined>>;
     // A task whose `requires` this worker lacks is not claimed at all (the claim filters by task): a
     // process without the publishing credential once took the day's job and then could not publish.
@@ -372,7 +378,7 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
     const free = this.#o.concurrency + this.#prefetch - this.#held;
     const lowWater = Math.max(1, this.#prefetch >> 1);
     if (free < lowWater && !(free > 0 && this.#buffer.length === 0)) return 0;
-    const probe = this.#o.prefetch === 'auto' && this.#prefetch === 0 ? 1 : 0;
+    const probe = this.#o.prefetch === 'auto' && this.#prefetch === 0 && !this.#noLocalQueue ? 1 : 0;
     return Math.min(this.#o.batch, free + probe);
   }
 
@@ -396,7 +402,7 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
    * `batch`) after a full one: the workers settle on local queues the groups can hold.
    */
   #adapt(asked: number, got: number): void {
-    if (this.#o.prefetch !== 'auto') return;
+    if (this.#o.prefetch !== 'auto' || this.#noLocalQueue) return;
     if (!this.#store.limited) {
       this.#prefetch = got >= asked ? this.#o.batch : 0;
       return;
