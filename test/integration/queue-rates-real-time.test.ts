@@ -11,7 +11,7 @@ import { z } from 'zod';
 import { Queue } from '../../src/patterns/queue/index.js';
 import { type StartedPostgres, startPostgres } from '../../src/testing/start-postgres.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
-import { eventually } from '../fixtures/queue-helpers.js';
+import { eventually, mostWithin, recordClaims } from '../fixtures/queue-helpers.js';
 
 // This file starts its own server: it restarts it.
 const server: StartedPostgres = await startPostgres({ provider: 'embedded' });
@@ -26,17 +26,6 @@ const WORKER_SCRIPT = fileURLToPath(new URL('../fixtures/queue-rates-worker.mjs'
 const schema = 'q_rates_rt';
 const tasks = { rated: z.object({ n: z.number().int() }), grouped: z.object({ n: z.number().int() }) };
 
-/** The largest number of instants within any interval of `perMs` (t[j] - t[i] < perMs). */
-function mostWithin(times: readonly number[], perMs: number): number {
-  const t = [...times].sort((a, b) => a - b);
-  let most = 0;
-  for (let i = 0, j = 0; j < t.length; j++) {
-    while ((t[j] ?? 0) - (t[i] ?? 0) >= perMs) i++;
-    most = Math.max(most, j - i + 1);
-  }
-  return most;
-}
-
 async function times(sql: string): Promise<number[]> {
   return (await admin.query<{ ms: number }>(sql)).rows.map((r) => r.ms);
 }
@@ -44,18 +33,8 @@ async function times(sql: string): Promise<number[]> {
 it('two worker processes and a server restart: at most 10 claims and starts of the task, 4 of the group, in any second', async () => {
   const setup = new Queue({ pool: admin, txManager: new TxManager(admin), schema, tasks });
   (await setup.migrate())._unsafeUnwrap();
-  await admin.query(`
-    CREATE TABLE ${schema}.claims (job_id bigint, task text, group_key text, at timestamptz);
-    CREATE TABLE ${schema}.starts (job_id bigint, task text, at double precision, by text);
-    -- Each lease of a job (a claim) with the server's clock at that moment.
-    CREATE FUNCTION ${schema}.note_claim() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-      INSERT INTO ${schema}.claims VALUES (NEW.id, NEW.task, NEW.group_key, clock_timestamp());
-      RETURN NULL;
-    END $$;
-    CREATE TRIGGER note_claim AFTER UPDATE OF state ON ${schema}.jobs
-      FOR EACH ROW WHEN (OLD.state = 'pending' AND NEW.state = 'running') EXECUTE FUNCTION ${schema}.note_claim();
-  `);
+  await recordClaims(admin, schema);
+  await admin.query(`CREATE TABLE ${schema}.starts (job_id bigint, task text, at double precision, by text)`);
   const rated = 60;
   const grouped = 24;
   const workers = ['w1', 'w2'].map((name) => {

@@ -8,7 +8,7 @@ import { z } from 'zod';
 import { limitsDeclaration } from '../../src/patterns/queue/group-limits.js';
 import { type Job, Queue, type QueueOptions } from '../../src/patterns/queue/index.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
-import { eventually } from '../fixtures/queue-helpers.js';
+import { eventually, mostWithin, recordClaims, untilServerPasses } from '../fixtures/queue-helpers.js';
 import { useTestDatabase } from '../helpers.js';
 
 const { pool, url } = await useTestDatabase({ max: 10 });
@@ -23,20 +23,6 @@ function replica(schema: string, limits: Limits) {
   const own = new pg.Pool({ connectionString: url });
   pools.push(own);
   return new Queue({ pool: own, txManager: new TxManager(own), schema, tasks, lease: LEASE_MS, ...limits });
-}
-
-/**
- * The largest number of claims within any interval shorter than `perMs`, from the server's claim
- * times (a lease expires LEASE_MS after its claim's now()).
- */
-function mostWithin(times: readonly number[], perMs: number): number {
-  const t = [...times].sort((a, b) => a - b);
-  let most = 0;
-  for (let i = 0, j = 0; j < t.length; j++) {
-    while ((t[j] ?? 0) - (t[i] ?? 0) >= perMs) i++;
-    most = Math.max(most, j - i + 1);
-  }
-  return most;
 }
 
 /** Two replicas burn down `groups` (group → job count; '' = ungrouped); returns claim times per group. */
@@ -114,13 +100,7 @@ describe('the clock of a rate window', () => {
     const taskRates = { work: { limit: 10, per: 1000 } };
     const queue = replica(schema, { taskRates });
     (await queue.migrate())._unsafeUnwrap();
-    await pool.query(`
-      CREATE TABLE ${schema}.claims (at timestamptz);
-      CREATE FUNCTION ${schema}.note_claim() RETURNS trigger LANGUAGE plpgsql AS $$
-      BEGIN INSERT INTO ${schema}.claims VALUES (clock_timestamp()); RETURN NULL; END $$;
-      CREATE TRIGGER note_claim AFTER UPDATE OF state ON ${schema}.jobs
-        FOR EACH ROW WHEN (OLD.state = 'pending' AND NEW.state = 'running') EXECUTE FUNCTION ${schema}.note_claim();
-    `);
+    await recordClaims(pool, schema);
     (
       await queue.enqueueMany(
         pool,
@@ -132,15 +112,7 @@ describe('the clock of a rate window', () => {
     try {
       await early.query('BEGIN');
       const t0 = (await early.query<{ t: Date }>('SELECT now() AS t')).rows[0]!.t;
-      await eventually(
-        async () =>
-          (
-            await pool.query<{ ok: boolean }>(
-              "SELECT clock_timestamp() > $1::timestamptz + interval '500 ms' AS ok",
-              [t0],
-            )
-          ).rows[0]!.ok,
-      );
+      await untilServerPasses(pool, t0, 500);
       const first = await early.query(
         `SELECT count(*)::int AS n FROM ${schema}.claim_jobs_limited(10, 30000, ARRAY['work'], $1::jsonb) r WHERE (r.job).id IS NOT NULL`,
         [limitsDeclaration(undefined, taskRates)],

@@ -3,7 +3,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { Queue, type ScheduleDefinition, scheduledTick } from '../../src/patterns/queue/index.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
-import { eventually } from '../fixtures/queue-helpers.js';
+import { eventually, untilServerPasses } from '../fixtures/queue-helpers.js';
 import { type Replica, replica, serverHour, setNextRun } from '../fixtures/schedule-helpers.js';
 import { useTestDatabase, viaPgBouncer } from '../helpers.js';
 
@@ -35,6 +35,17 @@ async function freshSchema(schedules: Record<string, ScheduleDefinition<keyof Ta
   const q = new Queue({ pool, txManager: tm, schema, tasks, schedules });
   (await q.migrate())._unsafeUnwrap();
   return { schema, q };
+}
+
+/** Waits until a schedule pass's placeholder INSERT waits on a row lock (seen from pg_stat_activity). */
+async function placeholderInsertWaits(): Promise<void> {
+  await eventually(async () => {
+    const w = await pool.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM pg_stat_activity
+        WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO%schedules (name, hash, definition)%'`,
+    );
+    return (w.rows[0]?.n ?? 0) > 0;
+  });
 }
 
 async function jobKeys(schema: string): Promise<string[]> {
@@ -307,9 +318,7 @@ describe('schedules: a cron that runs out of ticks', () => {
     (await r!.queue.fireSchedules())._unsafeUnwrap();
     await setNextRun(pool, schema, 'hourly', await serverHour(pool, 0));
     // Past the cron's only tick on the server's clock (polled, not slept).
-    await eventually(
-      async () => (await pool.query<{ past: boolean }>('SELECT now() > $1 AS past', [at])).rows[0]!.past,
-    );
+    await untilServerPasses(pool, at);
     const pass = (await r!.queue.fireSchedules())._unsafeUnwrap();
     expect(pass.fired.map((f) => [f.schedule, f.tick.toISOString()]).sort()).toEqual(
       [
@@ -373,12 +382,7 @@ describe("schedules: a pass's own declarations are live", () => {
         `INSERT INTO ${schema}.schedules (name, hash, definition) VALUES ('third', '', '{}')`,
       );
       const passing = r!.queue.fireSchedules({ liveness: '1m' });
-      await eventually(async () => {
-        const w = await pool.query<{ n: number }>(
-          `SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO%schedules (name, hash, definition)%'`,
-        );
-        return w.rows[0]!.n > 0;
-      });
+      await placeholderInsertWaits();
       // While it waits, its declarations age past liveness (what a slow pass, a stall or a clock step does).
       await pool.query(
         `UPDATE ${schema}.schedule_declarations SET last_declared_at = now() - interval '1 hour' WHERE name <> 'third'`,
@@ -455,23 +459,10 @@ describe('schedules: a redefinition racing a firing pass', () => {
         `INSERT INTO ${schema}.schedules (name, hash, definition) VALUES ('third', '', '{}')`,
       );
       const redefining = next!.queue.fireSchedules();
-      await eventually(async () => {
-        const w = await pool.query<{ n: number }>(
-          `SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO%schedules (name, hash, definition)%'`,
-        );
-        return w.rows[0]!.n > 0;
-      });
+      await placeholderInsertWaits();
       const blockedAt = (await pool.query<{ t: Date }>('SELECT now() AS t')).rows[0]!.t;
       // A tick after the waiting pass's clock has come (polled on the server's clock, not slept).
-      await eventually(
-        async () =>
-          (
-            await pool.query<{ ok: boolean }>(
-              "SELECT now() > $1::timestamptz + interval '1.2 seconds' AS ok",
-              [blockedAt],
-            )
-          ).rows[0]!.ok,
-      );
+      await untilServerPasses(pool, blockedAt, 1200);
       const firedByOld = (await old!.queue.fireSchedules({ declare: false }))._unsafeUnwrap().fired;
       const late = firedByOld.filter((f) => f.tick.getTime() > blockedAt.getTime());
       expect(late.length).toBeGreaterThan(0);
