@@ -48,7 +48,7 @@ export interface SchedulePassResult {
   readonly unreadable: readonly string[];
   /**
    * Schedules that ran out of ticks in this pass (a cron whose year field ends): their last ticks fired,
-   * and their `nextRunAt` is null from now on. A later deploy with another definition starts them again.
+   * and they are stored disabled with no next run. A later deploy with another definition starts them again.
    */
   readonly ended: readonly string[];
   /**

@@ -158,7 +158,7 @@ export type RateClock =
  * rows are locked before the groups' room is read, and the clock is taken after both.
  */
 export const limitedFullPass = (lease: string, by: ClaimTarget = 'id', clock: RateClock = 'statement') => {
-  const at = clock === 'statement' ? 'now()' : '(SELECT t FROM clk)';
+  const at = clock === 'statement' ? 'now()' : '(SELECT locked_at FROM clk)';
   const head = `  cgroups AS MATERIALIZED (
     -- The groups of the candidates, each with its first position in claim order. All of them, not the
     -- first n: a claim running at the same time has the same head window and locks its first groups;
@@ -289,7 +289,8 @@ ${limitedLeaseSteps(lease, by)}  gu AS (
 const LOCKED_CLOCK = `  clk AS MATERIALIZED (
     -- No lock. clock_timestamp() once, after the lock steps above have locked all their rows (it
     -- counts them first): every rate window below is checked and stamped with this one time.
-    SELECT clock_timestamp() AS t FROM (SELECT count(*) FROM locked_groups) g, (SELECT count(*) FROM locked_tasks) r
+    SELECT clock_timestamp() AS locked_at
+      FROM (SELECT count(*) FROM locked_groups) g, (SELECT count(*) FROM locked_tasks) r
   ),
 `;
 
