@@ -117,6 +117,35 @@ describe('a worker on a live database, with a logger', async () => {
     }
   });
 
+  it('a schedule stored by a newer version: one error line for the streak, then debug lines', async () => {
+    const { lines, logger } = recordingLogger();
+    const queue = new Queue({
+      pool,
+      txManager: new TxManager(pool),
+      schema: 'log_q3',
+      tasks: { t: z.object({}) },
+      schedules: { nightly: { cron: '0 3 * * *', task: 't' } },
+      logger,
+    });
+    (await queue.migrate())._unsafeUnwrap();
+    // A newer deploy (a replica still live) declares 'nightly' with a definition this version cannot read.
+    await pool.query(
+      `INSERT INTO log_q3.schedule_declarations (name, hash, definition, first_declared_at, last_declared_at)
+       VALUES ('nightly', 'newer', '{"task": "t", "missed": "every-other"}', now() + interval '1 hour', now() + interval '1 hour')`,
+    );
+    const worker = queue.work({ t: async () => {} }, { listen: false, scheduleLiveness: '3s' });
+    try {
+      // Declaring passes every second: each finds it unreadable.
+      await eventually(() => lines.filter((l) => l.obj.phase === 'schedule').length >= 3, 15_000);
+      const of = lines.filter((l) => l.obj.phase === 'schedule');
+      expect(of.filter((l) => l.level === 'error')).toHaveLength(1);
+      expect(of[0]?.msg).toMatch(/schedules stored by a newer version, not fired here: nightly/);
+      expect(of.slice(1).every((l) => l.level === 'debug')).toBe(true);
+    } finally {
+      await worker.stop();
+    }
+  });
+
   it('logs a handler past its timeout at warn', async () => {
     const { lines, logger } = recordingLogger();
     const queue = new Queue({

@@ -70,6 +70,8 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
    * last worked: a streak is logged once at error, its repeats at debug, its end at info (see #failed).
    */
   readonly #streaks = new Map<WorkerPhase, number>();
+  /** The schedules stored by a newer version last reported (see #unreadableSchedules). */
+  #unreadableSeen = { list: '', times: 0 };
   /** Jobs held beyond the handler slots (the local queue's target); adapts when prefetch is 'auto'. */
   #prefetch: number;
   /** No local queue at all (a queue with rate limits): prefetch stays 0 and a claim takes no probe job. */
@@ -161,13 +163,7 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
           if (r.failed.length === 0) this.#worked('schedule', 'scheduler passes work again');
           for (const f of r.failed) this.#failed(f, 'schedule', f.message);
           for (const f of r.fired) this.#hook(() => this.#o.hooks?.onScheduleFired?.(f));
-          if (r.unreadable.length > 0) {
-            const names = r.unreadable.join(', ');
-            this.#error(
-              new Error(`schedules stored by a newer version, not fired here: ${names}`),
-              'schedule',
-            );
-          }
+          if (r.unreadable.length > 0) this.#unreadableSchedules(r.unreadable);
         },
         onError: (e) => this.#failed(e, 'schedule'),
       });
@@ -361,6 +357,21 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
     if (failures === 0) return;
     this.#streaks.delete(phase);
     this.#log.info(phase, { phase, failures }, `${back} after ${failures} failures`);
+  }
+
+  /**
+   * Schedules stored by a newer version: every declaring pass finds them again while that version runs,
+   * so the same list is logged at error once, then at debug (an error line a second was a flood); a
+   * different list is news. onError is called every time.
+   */
+  #unreadableSchedules(names: readonly string[]): void {
+    const list = names.join(', ');
+    const message = `schedules stored by a newer version, not fired here: ${list}`;
+    this.#unreadableSeen = {
+      list,
+      times: list === this.#unreadableSeen.list ? this.#unreadableSeen.times + 1 : 1,
+    };
+    this.#error(new Error(message), 'schedule', this.#unreadableSeen.times, message);
   }
 
   /** Jobs held now: running plus buffered, plus the room reserved for completions' take-overs. */
