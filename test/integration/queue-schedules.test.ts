@@ -489,3 +489,35 @@ describe('schedules: a redefinition racing a firing pass', () => {
     }
   });
 });
+
+describe('schedules: a redefinition while ticks decided earlier still wait to fire', () => {
+  it('the old definition fires every tick its pass decided to fire, then the new one takes over', async () => {
+    const { schema } = await freshSchema();
+    const v1 = { every: '1s', task: 'ping', grace: '1h', payload: { v: 1 } } as const;
+    const v2 = { every: '1s', task: 'ping', grace: '1h', payload: { v: 2 } } as const;
+    const [old] = replicasOf(1, schema, { beat: v1 });
+    (await old!.queue.fireSchedules())._unsafeUnwrap();
+    const start = (
+      await pool.query<{ t: Date }>("SELECT date_trunc('second', now()) - interval '2 hours' AS t")
+    ).rows[0]!.t;
+    await setNextRun(pool, schema, 'beat', start);
+    const first = (await old!.queue.fireSchedules({ declare: false }))._unsafeUnwrap();
+    expect(first.fired).toHaveLength(1000); // about 2,600 more decided, waiting for the next passes
+    // The new deploy starts: its declaring passes see the backlog of the old definition first.
+    const [next] = replicasOf(1, schema, { beat: v2 });
+    const redefinedAt: number[] = [];
+    for (let pass = 0; pass < 10 && redefinedAt.length === 0; pass++) {
+      const r = (await next!.queue.fireSchedules())._unsafeUnwrap();
+      if (r.redefined.includes('beat')) redefinedAt.push(pass);
+    }
+    expect(redefinedAt.length).toBe(1);
+    const jobs = await pool.query<{ key: string; v: number }>(
+      `SELECT key, (payload->>'v')::int AS v FROM ${schema}.jobs ORDER BY run_at`,
+    );
+    const ticks = jobs.rows.map((j) => scheduledTick({ key: j.key })!.getTime());
+    // Every on-time tick of the old definition fired once, without a gap, before the new one's first.
+    expect(ticks.every((t, i) => i === 0 || t - ticks[i - 1]! === 1000)).toBe(true);
+    expect(ticks.length).toBeGreaterThanOrEqual(3600);
+    expect(jobs.rows.every((j) => j.v === 1)).toBe(true);
+  });
+});

@@ -133,6 +133,7 @@ async function pass(
     // First the ticks already due under the definition stored so far, then (when declaring) the switch
     // to the definition in force, from now on: a redefinition never fires a tick twice nor back-fills.
     const stored = parseStoredSchedule(row.definition);
+    let backlogged = false;
     if (row.enabled && row.next_run_at !== null && row.next_run_at.getTime() <= now.getTime()) {
       if (stored === undefined) unreadable.push(row.name);
       else {
@@ -149,6 +150,7 @@ async function pass(
         skipped += due.skipped;
         row.last_tick = due.latest ?? row.last_tick;
         if (due.next === undefined) ended.push(row.name);
+        backlogged = due.next !== undefined && due.latest !== undefined && due.next <= due.latest;
       }
     }
     if (!options.declare) continue;
@@ -161,6 +163,9 @@ async function pass(
       continue;
     }
     if (winner.hash === row.hash && row.enabled) continue;
+    // Ticks an earlier pass decided to fire still wait (more than a pass fires were due): the stored
+    // definition fires them first, and the next definition takes over once they have fired.
+    if (backlogged) continue;
     const definition = parseStoredSchedule(winner.definition);
     if (definition === undefined) {
       if (!unreadable.includes(row.name)) unreadable.push(row.name);
