@@ -97,13 +97,14 @@ it('two worker processes and a server restart: at most 10 claims and starts of t
   );
   // How each is measured, and the slack it needs: a claim leases its rows one after another (the trigger
   // sees them over a few ms, while the claim checks and stamps its window with ONE clock taken after its
-  // locks), so claims are counted in windows of a second less 20 ms; a handler starts when its claim's
-  // answer reaches its process, a round trip that varied by up to ~12 ms between the two processes here,
-  // so starts are counted in windows of a second less 100 ms. Before the fix, with the same measure, a
-  // second held 19 claims and 19 starts of the task and 8 starts of the group.
+  // locks), so claims are counted in windows of a second less 50 ms; a handler starts when its claim's
+  // answer reaches its process, a round trip that varied by up to ~12 ms between the two processes on a
+  // quiet machine and more on a loaded one, so starts are counted in windows of a second less 200 ms.
+  // Before the fix, one run of the unfixed code held 19 claims and 19 starts of the task and 8 starts of
+  // the group in one second (not every run: the deterministic test of the clock is in queue-rates).
   const report = {
-    claims: { task: mostWithin(claimsOfTask, 980), group: mostWithin(claimsOfGroup, 980) },
-    starts: { task: mostWithin(startsOfTask, 900), group: mostWithin(startsOfGroup, 900) },
+    claims: { task: mostWithin(claimsOfTask, 950), group: mostWithin(claimsOfGroup, 950) },
+    starts: { task: mostWithin(startsOfTask, 800), group: mostWithin(startsOfGroup, 800) },
     saturated: { task: mostWithin(claimsOfTask, 1100), group: mostWithin(claimsOfGroup, 1100) },
   };
   console.log('most within a second', JSON.stringify(report), 'started by', [...both]);

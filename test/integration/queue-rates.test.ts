@@ -129,8 +129,9 @@ describe('the clock of a rate window', () => {
     ).rows.map((r) => r.ms);
     expect(at.length).toBeGreaterThan(10);
     // Claims leased within one second, on the server's clock at the moment each job was leased (less
-    // 20 ms: one claim leases its rows over a few ms).
-    expect(mostWithin(at, 980)).toBeLessThanOrEqual(10);
+    // 100 ms: one claim leases its rows over a few ms, more on a loaded machine; the early clock let the
+    // next claim in 500 ms early).
+    expect(mostWithin(at, 900)).toBeLessThanOrEqual(10);
   });
 });
 
