@@ -73,7 +73,11 @@ export default defineConfig({
                 ],
                 // LISTEN needs a session of its own: behind a transaction-mode pooler the worker refuses
                 // it (tested in security-pooler-refusal), so the LISTEN suite runs direct only.
-                exclude: ['test/integration/queue-listen.test.ts'],
+                // queue-rates-real-time starts a server of its own (it restarts it): no PgBouncer in front.
+                exclude: [
+                  'test/integration/queue-listen.test.ts',
+                  'test/integration/queue-rates-real-time.test.ts',
+                ],
                 env: { PG_TXKIT_VIA_PGBOUNCER: 'transaction' },
               },
             },

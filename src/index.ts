@@ -35,6 +35,7 @@ export {
   QueryTimeout,
   ReadOnlyTransaction,
   RetriesExhausted,
+  ScheduleFailed,
   SerializationFailure,
   SQLSTATE,
   type SqlStateEntry,

@@ -192,6 +192,7 @@ async function detect(target: CapabilitiesTarget, connectTimeoutMs: number): Pro
         ext_trusted: false,
         superuser: false,
         can_create: false,
+        read_only_session: false,
         citus: null,
       };
     }

@@ -5,6 +5,7 @@ export type ExtensionStatus =
   | 'installed' // in pg_extension
   | 'installable' // available, and this role may CREATE EXTENSION it (trusted + CREATE on the database, or superuser)
   | 'not-permitted' // available, but this role may not install it: a superuser or the database owner must
+  | 'read-only' // available, but this session cannot install anything: a hot standby or a read-only session
   | 'unavailable'; // not shipped with this server (no contrib package, or an engine without extensions)
 
 /** The columns {@link extensionStatusOf} reads, for the extension named by the parameter `param`. */
@@ -14,6 +15,8 @@ export interface ExtensionFacts {
   readonly ext_trusted: boolean;
   readonly superuser: boolean;
   readonly can_create: boolean;
+  /** A hot standby (in recovery) or a session whose transactions are read-only: CREATE EXTENSION fails (25006). */
+  readonly read_only_session: boolean;
 }
 
 /**
@@ -26,12 +29,16 @@ export const extensionFactsSql = (param: string): string =>
   EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = ${param}) AS ext_available,
   COALESCE((SELECT bool_or(trusted) FROM pg_available_extension_versions WHERE name = ${param}), false) AS ext_trusted,
   COALESCE((SELECT rolsuper FROM pg_roles WHERE rolname = current_user), false) AS superuser,
-  has_database_privilege(current_database(), 'CREATE') AS can_create`;
+  has_database_privilege(current_database(), 'CREATE') AS can_create,
+  (pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on') AS read_only_session`;
 
 /** {@link ExtensionStatus} from the facts of {@link extensionFactsSql}. */
 export function extensionStatusOf(f: ExtensionFacts): ExtensionStatus {
   if (f.ext_installed !== null) return 'installed';
   if (!f.ext_available) return 'unavailable';
+  // Rights do not matter where nothing can be written: on a standby or in a read-only session the
+  // CREATE EXTENSION a superuser may run still fails (25006), so it is not "installable" there.
+  if (f.read_only_session) return 'read-only';
   return f.superuser || (f.ext_trusted && f.can_create) ? 'installable' : 'not-permitted';
 }
 
@@ -49,6 +56,8 @@ export function extensionProblem(extension: string, status: ExtensionStatus): st
       return undefined;
     case 'not-permitted':
       return `the ${extension} extension is not installed and this role may not install it: run CREATE EXTENSION ${extension} as a superuser or the database owner (or GRANT CREATE ON DATABASE to this role, if ${extension} is a trusted extension, as btree_gist is)`;
+    case 'read-only':
+      return `the ${extension} extension is not installed and this connection cannot install it (a hot standby or a read-only session): run CREATE EXTENSION ${extension} on the primary, in a read-write session`;
     case 'unavailable':
       return `the ${extension} extension is not available on this server: install PostgreSQL's contrib package (postgresql-contrib, or your provider's ${extension}), then run CREATE EXTENSION ${extension}`;
   }

@@ -139,6 +139,13 @@ export async function runDemo(options: DemoOptions, io: CliIo): Promise<ExitCode
           signal: scenarioSignal,
         });
         if (!isResult(result)) throw new Error('the scenario returned a malformed result');
+        // A scenario may stop early on the signal and return what it did so far: the work it did not do
+        // (daily-post's days never run) is not an anomaly of the pattern. Reported as interrupted, as a
+        // scenario that throws on the signal is.
+        if (io.signal.aborted) {
+          bar.done('interrupted');
+          break;
+        }
         rows.push({ ...describe(scenario), result, error: undefined });
         bar.done(result.pattern.anomalies === 0 ? 'ok' : 'PATTERN ANOMALIES');
       } catch (error) {

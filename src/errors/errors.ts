@@ -421,6 +421,29 @@ export class JobCancelled extends TxKitError {
   }
 }
 
+/**
+ * One of a queue's schedules could not be handled by a scheduler pass (its next tick could not be
+ * computed): that schedule was left as it was, and the pass went on with the others. Reported in the
+ * pass's `failed` list and to the worker's `onError` (phase 'schedule').
+ *
+ * @example
+ * const pass = await queue.fireSchedules();
+ * if (pass.isOk()) for (const f of pass.value.failed) console.error(f.schedule, f.reason);
+ */
+export class ScheduleFailed extends TxKitError {
+  /** The failure kind, `'ScheduleFailed'`: switch on it. */
+  readonly kind = 'ScheduleFailed' as const;
+  /** The schedule's name. */
+  readonly schedule: string;
+  /** What went wrong. */
+  readonly reason: string;
+  constructor(schedule: string, reason: string, cause?: unknown) {
+    super(`schedule ${schedule} was not fired: ${reason}`, cause);
+    this.schedule = schedule;
+    this.reason = reason;
+  }
+}
+
 /** An operation that only makes sense inside a transaction (row locks, `mandatory`) ran outside one. */
 export class NotInTransaction extends TxKitError {
   /** The failure kind, `'NotInTransaction'`: switch on it. */
@@ -587,6 +610,7 @@ export type TxKitErrorKind =
   | LockBusy['kind']
   | LeaseLost['kind']
   | JobCancelled['kind']
+  | ScheduleFailed['kind']
   | Overlap['kind']
   | InProgress['kind']
   | IdempotencyConflict['kind']

@@ -108,6 +108,11 @@ describe('capabilities() on PostgreSQL, direct', () => {
       const plain = (await capabilities(as(roles.plain)))._unsafeUnwrap();
       expect(plain.btreeGist).toBe('not-permitted');
       expect(plain.unsupported.btreeGist).toMatch(/CREATE EXTENSION btree_gist/);
+      // A read-only session may not install it, whatever its rights: CREATE EXTENSION fails with 25006.
+      await admin.query(`GRANT CREATE ON DATABASE ${q(db.name)} TO ${q(roles.ro)}`);
+      const ro = (await capabilities(as(roles.ro)))._unsafeUnwrap();
+      expect(ro.btreeGist).toBe('read-only');
+      expect(ro.unsupported.btreeGist).toMatch(/read-only session.*CREATE EXTENSION btree_gist/);
     } finally {
       await admin.query('CREATE EXTENSION IF NOT EXISTS btree_gist');
     }

@@ -153,6 +153,29 @@ describe('pg-txkit demo', () => {
     expect(await leftovers()).toEqual({ sessions: 0, databases: 0 });
   });
 
+  it('Ctrl-C during a scenario that returns normally when aborted: reported as interrupted, not as pattern anomalies', async () => {
+    // daily-post checks the signal between days and returns what it did so far: its missing days are
+    // not anomalies of the pattern.
+    let sent = false;
+    const r = await runBin(['demo', '--url', serverUrl(), '--only', 'daily-post', '--scale', '1', '--json'], {
+      timeoutMs: 60_000,
+      onStderr: (text, pid) => {
+        if (!sent && text.includes('daily-post:')) {
+          sent = true;
+          process.kill(pid, 'SIGINT');
+        }
+      },
+    });
+    expect(sent).toBe(true);
+    expect(r.code).toBe(130);
+    expect(r.stderr).toContain('interrupted');
+    expect(r.stderr).not.toContain('PATTERN ANOMALIES');
+    const json = JSON.parse(r.stdout) as DemoJson;
+    expect(json.ok).toBe(false);
+    expect(json.scenarios.filter((s) => (s.result?.pattern.anomalies ?? 0) > 0)).toEqual([]);
+    expect(await leftovers()).toEqual({ sessions: 0, databases: 0 });
+  });
+
   it("Ctrl-C in a terminal during the first scenario, embedded server: exit 130 and the server's data folder removed", async () => {
     // A private TMPDIR shows every folder the run leaves; 1777 like /tmp (as root the server's own OS user writes there).
     const tmp = mkdtempSync(join(tmpdir(), 'pg-txkit-demo-'));

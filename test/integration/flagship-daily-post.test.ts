@@ -78,7 +78,7 @@ function start(who: string, schedule: typeof v1, canPublish: boolean): DailyPost
     canPublish,
     schedule,
     dayOf,
-    lease: '3s',
+    lease: '5s',
     work: { scheduleInterval: 50, scheduleLiveness: '3s', reapInterval: 300, pollInterval: 200 },
   });
   return { ...r, pool };
@@ -235,7 +235,7 @@ describe('the daily post across three replicas', () => {
         canPublish: true,
         schedule: v1,
         dayOf,
-        lease: '3s',
+        lease: '5s',
         work: { scheduleInterval: 50, scheduleLiveness: '3s', reapInterval: 300, pollInterval: 200 },
         services: {
           write: async (day) => `the post of ${day}, written on prod-new`,

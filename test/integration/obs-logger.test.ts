@@ -3,6 +3,7 @@ import pg from 'pg';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { z } from 'zod/v4';
 import { type Logger, Queue, TxManager } from '../../src/index.js';
+import { FaultProxy, gate } from '../../src/testing/index.js';
 import { eventually } from '../fixtures/queue-helpers.js';
 import { useTestDatabase } from '../helpers.js';
 
@@ -116,6 +117,35 @@ describe('a worker on a live database, with a logger', async () => {
     }
   });
 
+  it('a schedule stored by a newer version: one error line for the streak, then debug lines', async () => {
+    const { lines, logger } = recordingLogger();
+    const queue = new Queue({
+      pool,
+      txManager: new TxManager(pool),
+      schema: 'log_q3',
+      tasks: { t: z.object({}) },
+      schedules: { nightly: { cron: '0 3 * * *', task: 't' } },
+      logger,
+    });
+    (await queue.migrate())._unsafeUnwrap();
+    // A newer deploy (a replica still live) declares 'nightly' with a definition this version cannot read.
+    await pool.query(
+      `INSERT INTO log_q3.schedule_declarations (name, hash, definition, first_declared_at, last_declared_at)
+       VALUES ('nightly', 'newer', '{"task": "t", "missed": "every-other"}', now() + interval '1 hour', now() + interval '1 hour')`,
+    );
+    const worker = queue.work({ t: async () => {} }, { listen: false, scheduleLiveness: '3s' });
+    try {
+      // Declaring passes every second: each finds it unreadable.
+      await eventually(() => lines.filter((l) => l.obj.phase === 'schedule').length >= 3, 15_000);
+      const of = lines.filter((l) => l.obj.phase === 'schedule');
+      expect(of.filter((l) => l.level === 'error')).toHaveLength(1);
+      expect(of[0]?.msg).toMatch(/schedules stored by a newer version, not fired here: nightly/);
+      expect(of.slice(1).every((l) => l.level === 'debug')).toBe(true);
+    } finally {
+      await worker.stop();
+    }
+  });
+
   it('logs a handler past its timeout at warn', async () => {
     const { lines, logger } = recordingLogger();
     const queue = new Queue({
@@ -179,6 +209,80 @@ describe('TxManager logger', async () => {
       expect(warnings).toEqual([]);
     } finally {
       process.off('warning', onWarning);
+    }
+  });
+});
+
+describe('a worker through a database outage', async () => {
+  const { pool, url } = await useTestDatabase();
+
+  it('logs one error per failure streak for reap, heartbeat and prune, then debug lines, and info when each works again', async () => {
+    const { lines, logger } = recordingLogger();
+    const schema = 'log_outage';
+    const setup = new Queue({ pool, txManager: new TxManager(pool), schema, tasks: { t: z.object({}) } });
+    (await setup.migrate())._unsafeUnwrap();
+    const proxy = await FaultProxy.start({ target: url });
+    const through = new pg.Pool({ connectionString: proxy.url, max: 4 });
+    const queue = new Queue({
+      pool: through,
+      txManager: new TxManager(through),
+      schema,
+      tasks: { t: z.object({}) },
+      logger,
+    });
+    (await queue.enqueue(pool, 't', {}))._unsafeUnwrap();
+    const g = gate();
+    const failures = new Map<string, number>();
+    const worker = queue.work(
+      { t: () => g.at('hold') },
+      {
+        concurrency: 1,
+        listen: false,
+        lease: '5s', // the heartbeat extends the running job's lease every 0.8 s or so once it is 1.7 s old
+        reapInterval: 20,
+        retention: { olderThan: '7d', every: '1s' },
+        hooks: { onError: (_e, phase) => void failures.set(phase, (failures.get(phase) ?? 0) + 1) },
+      },
+    );
+    try {
+      await g.reached('hold');
+      // The outage: every connection cut, every new one refused.
+      proxy.retarget({ host: '127.0.0.1', port: await closedPort() });
+      proxy.dropAll();
+      await eventually(
+        () =>
+          (failures.get('reap') ?? 0) >= 10 &&
+          (failures.get('prune') ?? 0) >= 2 &&
+          (failures.get('heartbeat') ?? 0) >= 2,
+        20_000,
+      );
+      for (const phase of ['reap', 'prune', 'heartbeat']) {
+        const of = lines.filter((l) => l.obj.phase === phase);
+        const errors = of.filter((l) => l.level === 'error');
+        // The naive control: a line at error per failure is what the hooks count (onError is still called each time).
+        expect(failures.get(phase)).toBeGreaterThan(1);
+        expect(errors, phase).toHaveLength(1);
+        expect(errors[0]?.obj.streak).toBe(1);
+        const repeats = of.filter((l) => l.level === 'debug');
+        expect(repeats.length, phase).toBeGreaterThanOrEqual(1);
+        expect(repeats.map((l) => l.obj.streak)).toEqual(repeats.map((_, i) => i + 2));
+      }
+      // The database is back: each says so once, at info.
+      proxy.retarget(url);
+      await eventually(
+        () =>
+          ['reap', 'prune', 'heartbeat'].every((phase) =>
+            lines.some((l) => l.level === 'info' && l.obj.phase === phase),
+          ),
+        20_000,
+      );
+      const reapBack = lines.find((l) => l.level === 'info' && l.obj.phase === 'reap');
+      expect(reapBack?.msg).toMatch(/reap works again after \d+ failures/);
+    } finally {
+      g.open('hold');
+      await worker.stop();
+      await through.end();
+      await proxy.close();
     }
   });
 });

@@ -43,6 +43,19 @@ describe('ids beyond bigint', () => {
     expect(sent).toEqual([]);
   });
 
+  it('redrive of an id that is not a number: one issue that says so, nothing sent', async () => {
+    const { queue, sent } = await freshQueue();
+    for (const id of ['abc', '-1', '1.5', '', -1, 1.5]) {
+      const e = (await queue.redrive({ ids: ['7', id as string] }))._unsafeUnwrapErr();
+      expect(e.kind).toBe('InvalidOptions');
+      const issues = e.kind === 'InvalidOptions' ? e.issues : [];
+      expect(issues.map((i) => [i.path, i.message])).toEqual([
+        [['ids', 1], 'not a job id (a whole number from 0 to 9223372036854775807)'],
+      ]);
+    }
+    expect(sent).toEqual([]);
+  });
+
   it('redrive: InvalidOptions, nothing sent', async () => {
     const { queue, sent } = await freshQueue();
     const r = await queue.redrive({ ids: ['1', BEYOND_BIGINT] });
@@ -100,6 +113,22 @@ describe('runAt outside PostgreSQL timestamp range', () => {
     expect(sent).toEqual([]);
   });
 
+  it('an invalid Date (new Date(NaN)): InvalidOptions that says "invalid date", nothing sent', async () => {
+    const { queue, sent } = await freshQueue();
+    const one = (
+      await queue.enqueue(pool, 'email', { to: 'a' }, { runAt: new Date(Number.NaN) })
+    )._unsafeUnwrapErr();
+    const many = (
+      await queue.enqueueMany(pool, 'email', [{ to: 'a' }], { runAt: new Date('not a date') })
+    )._unsafeUnwrapErr();
+    for (const e of [one, many]) {
+      expect(e.kind).toBe('InvalidOptions');
+      const issues = e.kind === 'InvalidOptions' ? e.issues : [];
+      expect(issues.map((i) => [i.path, i.message])).toEqual([[['runAt'], 'invalid date (its time is NaN)']]);
+    }
+    expect(sent).toEqual([]);
+  });
+
   it('enqueueMany: InvalidOptions on runAt', async () => {
     const { queue } = await freshQueue();
     const r = await queue.enqueueMany(pool, 'email', [{ to: 'a' }], { runAt: ancient });
@@ -110,5 +139,89 @@ describe('runAt outside PostgreSQL timestamp range', () => {
     const { queue } = await freshQueue();
     const r = await queue.enqueue(pool, 'email', { to: 'a' }, { runAt: new Date(Date.UTC(-4713, 10, 24)) });
     expect(r.isOk()).toBe(true);
+  });
+});
+
+describe('a lease shorter than the floor (5 s)', () => {
+  // A lease of 0 ms expired the moment its job was claimed: the reaper or another claim took it back and
+  // the job ran again while its first run went on (one job ran 3 times, 2 at once).
+  const job = { id: '1', leaseToken: '00000000-0000-4000-8000-000000000000' };
+  const shortLeases = [0, 1, 150, '300ms', '4999ms', '4.9s'];
+
+  const leaseIssue = (e: unknown) => {
+    const error = e as { kind?: string; issues?: { path: unknown[]; message: string }[] };
+    expect(error.kind).toBe('InvalidOptions');
+    const issue = error.issues?.find((i) => i.path.includes('lease'));
+    expect(issue?.message).toMatch(/at least 5 s/);
+  };
+
+  it('new Queue: InvalidOptions on lease', () => {
+    for (const lease of shortLeases) {
+      let thrown: unknown;
+      try {
+        new Queue({ pool, txManager: new TxManager(pool), tasks, lease });
+      } catch (e) {
+        thrown = e;
+      }
+      leaseIssue(thrown);
+    }
+  });
+
+  it('work(): InvalidOptions on lease, no worker started, nothing sent', async () => {
+    const { queue, sent } = await freshQueue();
+    for (const lease of shortLeases) {
+      let thrown: unknown;
+      try {
+        queue.work({ email: () => {} }, { lease });
+      } catch (e) {
+        thrown = e;
+      }
+      leaseIssue(thrown);
+    }
+    expect(sent).toEqual([]);
+  });
+
+  it('claim, claimBatch, extend, extendMany, completeAndTakeNext: InvalidOptions, nothing sent', async () => {
+    const { queue, sent } = await freshQueue();
+    for (const lease of shortLeases) {
+      leaseIssue((await queue.claim({ lease }))._unsafeUnwrapErr());
+      leaseIssue((await queue.claimBatch({ lease }))._unsafeUnwrapErr());
+      leaseIssue((await queue.extend(job, lease))._unsafeUnwrapErr());
+      leaseIssue((await queue.extendMany([job], lease))._unsafeUnwrapErr());
+      const claimed = { ...job, group: 'g' };
+      leaseIssue((await queue.completeAndTakeNext([claimed], { lease }))._unsafeUnwrapErr());
+    }
+    expect(sent).toEqual([]);
+  });
+
+  it('the floor itself is accepted', async () => {
+    const { queue } = await freshQueue();
+    await queue.enqueue(pool, 'email', { to: 'a' });
+    const [c] = (await queue.claim({ lease: '5s' }))._unsafeUnwrap();
+    expect(c).toBeDefined();
+    (await queue.extend(c!, 5000))._unsafeUnwrap();
+    (await queue.complete(c!))._unsafeUnwrap();
+    expect(new Queue({ pool, txManager: new TxManager(pool), tasks, lease: 5000 }).leaseMs).toBe(5000);
+  });
+});
+
+describe("a schema the queue's tables must not go into", () => {
+  it('public, information_schema, pg_catalog, pg_toast and any pg_ schema: InvalidOptions on schema', () => {
+    for (const schema of ['public', 'information_schema', 'pg_catalog', 'pg_toast', 'pg_temp', 'pg_jobs']) {
+      let thrown: unknown;
+      try {
+        new Queue({ pool, txManager: new TxManager(pool), tasks, schema });
+      } catch (e) {
+        thrown = e;
+      }
+      const error = thrown as { kind?: string; issues?: { path: unknown[]; message: string }[] };
+      expect(error?.kind, schema).toBe('InvalidOptions');
+      expect(error.issues?.map((i) => i.path)).toEqual([['schema']]);
+      expect(error.issues?.[0]?.message).toMatch(/a schema of its own/);
+    }
+    // Names that merely contain those words are the queue's own.
+    for (const schema of ['public_jobs', 'my_pg_queue', 'jobs']) {
+      expect(new Queue({ pool, txManager: new TxManager(pool), tasks, schema }).schema).toBe(schema);
+    }
   });
 });

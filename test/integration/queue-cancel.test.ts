@@ -120,7 +120,7 @@ describe('cancel a running job', () => {
     const g = gate();
     const rec = ended();
     const h = cancellable(schema, g);
-    const worker = workerSide.work({ work: h.handler }, { listen: false, lease: 300, hooks: rec.hooks });
+    const worker = workerSide.work({ work: h.handler }, { listen: false, lease: '5s', hooks: rec.hooks });
     g.open('running');
     await g.reached('running');
     expect((await operator.cancel(job.id))._unsafeUnwrap().state).toBe('running');

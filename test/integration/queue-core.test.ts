@@ -2,7 +2,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { Queue } from '../../src/patterns/queue/index.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
-import { backendPid, leaks, queueClient, untilBlocked } from '../fixtures/queue-helpers.js';
+import { backendPid, expireLeases, leaks, queueClient, untilBlocked } from '../fixtures/queue-helpers.js';
 import { useTestDatabase } from '../helpers.js';
 
 const { pool, url } = await useTestDatabase();
@@ -39,10 +39,10 @@ describe('migrate', () => {
     );
     const results = await Promise.all(queues.map((q) => q.migrate()));
     const applied = results.map((r) => r._unsafeUnwrap().applied.length);
-    expect(applied.filter((n) => n > 0)).toEqual([10]);
-    expect(results.every((r) => r._unsafeUnwrap().version === 10)).toBe(true);
+    expect(applied.filter((n) => n > 0)).toEqual([11]);
+    expect(results.every((r) => r._unsafeUnwrap().version === 11)).toBe(true);
     const again = await queues[0]?.migrate();
-    expect(again?._unsafeUnwrap()).toEqual({ applied: [], version: 10 });
+    expect(again?._unsafeUnwrap()).toEqual({ applied: [], version: 11 });
   });
 });
 
@@ -193,7 +193,7 @@ describe('state transitions', () => {
   it('extend moves the lease; a stale extend is LeaseLost', async () => {
     const queue = await freshQueue();
     await queue.enqueue(pool, 'email', { to: 'a@example.com' });
-    const [c] = (await queue.claim({ lease: '1s' }))._unsafeUnwrap();
+    const [c] = (await queue.claim({ lease: '5s' }))._unsafeUnwrap();
     const until = (await queue.extend(c!, '10m'))._unsafeUnwrap();
     expect(until.getTime()).toBeGreaterThan(c!.leaseExpiresAt.getTime() + 60_000);
     expect(
@@ -207,8 +207,9 @@ describe('state transitions', () => {
   it('LeaseLost on a stale complete after the reaper re-queued the job; nothing changed', async () => {
     const queue = await freshQueue();
     const job = (await queue.enqueue(pool, 'email', { to: 'a@example.com' }))._unsafeUnwrap();
-    // Lease 0: it expires at the claim's now(); any later statement sees it expired.
-    const [stale] = (await queue.claim({ lease: 0 }))._unsafeUnwrap();
+    // Its worker stalled past the lease: the lease is expired.
+    const [stale] = (await queue.claim())._unsafeUnwrap();
+    expect(await expireLeases(pool, queue.schema, [job.id])).toBe(1);
     expect((await queue.stats())._unsafeUnwrap().expired).toBe(1);
     const reaped = (await queue.reap())._unsafeUnwrap();
     expect(reaped).toEqual({ requeued: 1, dead: 0 });
@@ -232,7 +233,8 @@ describe('state transitions', () => {
     const job = (
       await queue.enqueue(pool, 'email', { to: 'a@example.com' }, { maxAttempts: 1 })
     )._unsafeUnwrap();
-    await queue.claim({ lease: 0 });
+    await queue.claim();
+    await expireLeases(pool, queue.schema, [job.id]);
     expect((await queue.reap())._unsafeUnwrap()).toEqual({ requeued: 0, dead: 1 });
     expect((await row(queue, job.id))?.state).toBe('dead');
   });

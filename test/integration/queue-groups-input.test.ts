@@ -114,7 +114,7 @@ describe('upgrade from version 2', () => {
       groups: { default: { concurrency: 1 } },
     });
     const migrated = (await queue.migrate())._unsafeUnwrap();
-    expect(migrated).toEqual({ applied: [3, 4, 5, 6, 7, 8, 9, 10], version: 10 });
+    expect(migrated).toEqual({ applied: [3, 4, 5, 6, 7, 8, 9, 10, 11], version: 11 });
     // The job claimed before the upgrade completes under its lease.
     const old = running.rows[0];
     expect(old).toBeDefined();

@@ -365,11 +365,12 @@ describe("local queues on a limited queue (prefetch 'auto')", () => {
   // had room for. The local queue now halves and doubles: the workers keep claiming in batches.
   // With concurrency limits only, a completion takes the group's next job over (completeAndTakeNext):
   // after the first claims, the groups' jobs come that way and claims are few. With a rate declared
-  // there is no take-over, and every job comes from a claim.
+  // there is no take-over and no local queue at all (a rate counts claims: jobs claimed ahead started
+  // later in bursts, over the limit), so every job comes from a claim for the free handler slots.
   it.each([
     ['concurrency only: taken over by completions', { default: { concurrency: 1 } }],
     [
-      'with a rate (no take-over): claimed',
+      'with a rate (no take-over, no local queue): claimed for the free slots',
       { default: { concurrency: 1, rate: { limit: 10_000, per: '1s' } } },
     ],
   ] as [string, GroupsOption][])(
@@ -417,7 +418,8 @@ describe("local queues on a limited queue (prefetch 'auto')", () => {
       // The shape of the claims, not their time. Seen failing with the old rule: half of them were tiny.
       // Every job came from a claim or was taken over by the completion of the job before it in its group.
       expect(claiming.reduce((a, b) => a + b, 0) + takenOver).toBe(total);
-      if (takenOver === 0) expect(tiny / claiming.length).toBeLessThan(0.25);
+      if (groups.default?.rate !== undefined) expect(Math.max(...claiming)).toBeLessThanOrEqual(4);
+      else if (takenOver === 0) expect(tiny / claiming.length).toBeLessThan(0.25);
       // Taken over: after the first claims (about one job per group), the completions carry the groups.
       else expect(claiming.length).toBeLessThan(total / 50);
       expect(takenOver > 0).toBe(groups.default?.rate === undefined);

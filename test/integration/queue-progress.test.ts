@@ -6,7 +6,7 @@ import { Queue } from '../../src/patterns/queue/index.js';
 import { gate } from '../../src/testing/gate.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
 import { countingPool } from '../fixtures/counting-pool.js';
-import { leaks, queueAtVersion2 } from '../fixtures/queue-helpers.js';
+import { expireLeases, leaks, queueAtVersion2 } from '../fixtures/queue-helpers.js';
 import { useTestDatabase } from '../helpers.js';
 
 const { pool, url } = await useTestDatabase();
@@ -193,7 +193,8 @@ describe('ctx.progress', () => {
   it('queue.progress on a lost lease: LeaseLost and nothing written', async () => {
     const queue = await freshQueue();
     const job = (await queue.enqueue(pool, 'work', { n: 1 }))._unsafeUnwrap();
-    const [first] = (await queue.claim({ lease: 0 }))._unsafeUnwrap();
+    const [first] = (await queue.claim())._unsafeUnwrap();
+    await expireLeases(pool, queue.schema, [job.id]);
     (await queue.reap())._unsafeUnwrap();
     const [second] = (await queue.claim())._unsafeUnwrap();
     expect((await queue.progress(first!, { stale: true }))._unsafeUnwrapErr().kind).toBe('LeaseLost');
@@ -265,10 +266,10 @@ describe('upgrade', () => {
       backoff: { baseMs: 0, capMs: 0 },
     });
     expect((await queue.migrate())._unsafeUnwrap()).toEqual({
-      applied: [3, 4, 5, 6, 7, 8, 9, 10],
-      version: 10,
+      applied: [3, 4, 5, 6, 7, 8, 9, 10, 11],
+      version: 11,
     });
-    expect((await queue.migrate())._unsafeUnwrap()).toEqual({ applied: [], version: 10 });
+    expect((await queue.migrate())._unsafeUnwrap()).toEqual({ applied: [], version: 11 });
     (await queue.reap())._unsafeUnwrap();
     const rec = ends();
     const worker = queue.work(

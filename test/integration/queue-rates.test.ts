@@ -5,9 +5,10 @@
 import pg from 'pg';
 import { afterAll, describe, expect, it, vi } from 'vitest';
 import { z } from 'zod';
+import { limitsDeclaration } from '../../src/patterns/queue/group-limits.js';
 import { type Job, Queue, type QueueOptions } from '../../src/patterns/queue/index.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
-import { eventually } from '../fixtures/queue-helpers.js';
+import { eventually, mostWithin, recordClaims, untilServerPasses } from '../fixtures/queue-helpers.js';
 import { useTestDatabase } from '../helpers.js';
 
 const { pool, url } = await useTestDatabase({ max: 10 });
@@ -22,20 +23,6 @@ function replica(schema: string, limits: Limits) {
   const own = new pg.Pool({ connectionString: url });
   pools.push(own);
   return new Queue({ pool: own, txManager: new TxManager(own), schema, tasks, lease: LEASE_MS, ...limits });
-}
-
-/**
- * The largest number of claims within any interval shorter than `perMs`, from the server's claim
- * times (a lease expires LEASE_MS after its claim's now()).
- */
-function mostWithin(times: readonly number[], perMs: number): number {
-  const t = [...times].sort((a, b) => a - b);
-  let most = 0;
-  for (let i = 0, j = 0; j < t.length; j++) {
-    while ((t[j] ?? 0) - (t[i] ?? 0) >= perMs) i++;
-    most = Math.max(most, j - i + 1);
-  }
-  return most;
 }
 
 /** Two replicas burn down `groups` (group → job count; '' = ungrouped); returns claim times per group. */
@@ -100,5 +87,98 @@ describe('group rate limit', () => {
   it('naive control: without the group rate both groups run all at once', async () => {
     const r = await burnDown({}, { a: 6, b: 6 });
     expect(mostWithin(r.byGroup.get('a') ?? [], 250)).toBeGreaterThan(2);
+  });
+});
+
+describe('the clock of a rate window', () => {
+  it("is the moment the claim holds its rows, not the start of the claim's transaction", async () => {
+    // A claim whose transaction started half a second before it locked its rows (here a claim inside an
+    // explicit transaction; in a worker, the planning of a first claim after a restart, or a wait for a
+    // pool client, in milliseconds) stamped its claims with that start: the next claim found the window
+    // free half a second early, and one real-time second held twice the limit.
+    const schema = `q_rates_${++seq}`;
+    const taskRates = { work: { limit: 10, per: 1000 } };
+    const queue = replica(schema, { taskRates });
+    (await queue.migrate())._unsafeUnwrap();
+    await recordClaims(pool, schema);
+    (
+      await queue.enqueueMany(
+        pool,
+        'work',
+        Array.from({ length: 20 }, (_, n) => ({ n })),
+      )
+    )._unsafeUnwrap();
+    const early = await pool.connect();
+    try {
+      await early.query('BEGIN');
+      const t0 = (await early.query<{ t: Date }>('SELECT now() AS t')).rows[0]!.t;
+      await untilServerPasses(pool, t0, 500);
+      const first = await early.query(
+        `SELECT count(*)::int AS n FROM ${schema}.claim_jobs_limited(10, 30000, ARRAY['work'], $1::jsonb) r WHERE (r.job).id IS NOT NULL`,
+        [limitsDeclaration(undefined, taskRates)],
+      );
+      expect(first.rows[0].n).toBe(10);
+      await early.query('COMMIT');
+    } finally {
+      early.release();
+    }
+    // The next claims, as soon as the window lets them (polled; each claim asks the server).
+    await eventually(async () => (await queue.claim({ batch: 10 }))._unsafeUnwrap().length > 0, 10_000, 20);
+    const at = (
+      await pool.query<{ ms: number }>(`SELECT extract(epoch FROM at) * 1000 AS ms FROM ${schema}.claims`)
+    ).rows.map((r) => r.ms);
+    expect(at.length).toBeGreaterThan(10);
+    // Claims leased within one second, on the server's clock at the moment each job was leased (less
+    // 100 ms: one claim leases its rows over a few ms, more on a loaded machine; the early clock let the
+    // next claim in 500 ms early).
+    expect(mostWithin(at, 900)).toBeLessThanOrEqual(10);
+  });
+});
+
+describe('a worker of a queue with rate limits', () => {
+  it('claims only for its free handler slots: no job claimed ahead waits in a local queue to start later', async () => {
+    const schema = `q_rates_${++seq}`;
+    const setup = replica(schema, {});
+    (await setup.migrate())._unsafeUnwrap();
+    const queue = replica(schema, { taskRates: { work: { limit: 1000, per: '1s' } } });
+    expect(queue.rated).toBe(true);
+    const claims = vi.spyOn(queue, 'claimBatch');
+    const started: number[] = [];
+    let release: () => void = () => {};
+    const held = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const worker = queue.work(
+      {
+        work: async (job) => {
+          started.push(job.payload.n);
+          await held;
+        },
+      },
+      { concurrency: 2, prefetch: 'auto' },
+    );
+    try {
+      (
+        await setup.enqueueMany(
+          pool,
+          'work',
+          Array.from({ length: 6 }, (_, n) => ({ n })),
+        )
+      )._unsafeUnwrap();
+      await eventually(() => started.length === 2);
+      // Both slots busy: every claim so far asked for the free slots only (a probe job, or a local
+      // queue, would have held a third job claimed but not started).
+      const asked = claims.mock.calls.map(([o]) => o?.batch ?? 1);
+      expect(asked.length).toBeGreaterThan(0);
+      expect(Math.max(...asked)).toBeLessThanOrEqual(2);
+      const running = await pool.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM ${schema}.jobs WHERE state = 'running'`,
+      );
+      expect(running.rows[0]?.n).toBe(2);
+    } finally {
+      release();
+      await eventually(() => started.length === 6);
+      await worker.stop();
+    }
   });
 });

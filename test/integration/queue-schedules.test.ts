@@ -3,7 +3,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { Queue, type ScheduleDefinition, scheduledTick } from '../../src/patterns/queue/index.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
-import { eventually } from '../fixtures/queue-helpers.js';
+import { eventually, untilServerPasses } from '../fixtures/queue-helpers.js';
 import { type Replica, replica, serverHour, setNextRun } from '../fixtures/schedule-helpers.js';
 import { useTestDatabase, viaPgBouncer } from '../helpers.js';
 
@@ -35,6 +35,17 @@ async function freshSchema(schedules: Record<string, ScheduleDefinition<keyof Ta
   const q = new Queue({ pool, txManager: tm, schema, tasks, schedules });
   (await q.migrate())._unsafeUnwrap();
   return { schema, q };
+}
+
+/** Waits until a schedule pass's placeholder INSERT waits on a row lock (seen from pg_stat_activity). */
+async function placeholderInsertWaits(): Promise<void> {
+  await eventually(async () => {
+    const w = await pool.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM pg_stat_activity
+        WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO%schedules (name, hash, definition)%'`,
+    );
+    return (w.rows[0]?.n ?? 0) > 0;
+  });
 }
 
 async function jobKeys(schema: string): Promise<string[]> {
@@ -270,5 +281,243 @@ describe('worker requirements', () => {
     await eventually(async () => (await jobKeys(schema)).length >= 1, 10_000);
     await w.stop();
     expect(w.counters.started).toBe(0);
+  });
+});
+
+describe('schedules: a cron that runs out of ticks', () => {
+  it('a cron that never fires again (its last tick, by its year field, is in the past) is refused at definition', () => {
+    let thrown: unknown;
+    try {
+      new Queue({
+        pool,
+        txManager: tm,
+        tasks,
+        schedules: { y2020: { cron: '0 0 0 1 1 * 2020', task: 'ping' } },
+      });
+    } catch (e) {
+      thrown = e;
+    }
+    const e = thrown as { kind?: string; issues?: { path: unknown[]; message: string }[] };
+    expect(e.kind).toBe('InvalidOptions');
+    expect(e.issues?.map((i) => i.path)).toEqual([['schedules', 'y2020', 'cron']]);
+    expect(e.issues?.[0]?.message).toMatch(/never fires again/);
+  });
+
+  it('a cron whose last tick passes ends alone: its tick fires, it is reported ended, and the other schedules fire', async () => {
+    // One tick, two seconds from now on the server's clock (a seconds-and-year cron): valid when declared.
+    const at = (
+      await pool.query<{ t: Date }>("SELECT date_trunc('second', now()) + interval '2 seconds' AS t")
+    ).rows[0]!.t;
+    const cron = `${at.getUTCSeconds()} ${at.getUTCMinutes()} ${at.getUTCHours()} ${at.getUTCDate()} ${at.getUTCMonth() + 1} * ${at.getUTCFullYear()}`;
+    const schedules = {
+      last: { cron, task: 'ping' },
+      hourly: { every: '1h', task: 'ping', missed: 'once' },
+    } as const;
+    const { schema } = await freshSchema();
+    const [r] = replicasOf(1, schema, schedules);
+    (await r!.queue.fireSchedules())._unsafeUnwrap();
+    await setNextRun(pool, schema, 'hourly', await serverHour(pool, 0));
+    // Past the cron's only tick on the server's clock (polled, not slept).
+    await untilServerPasses(pool, at);
+    const pass = (await r!.queue.fireSchedules())._unsafeUnwrap();
+    expect(pass.fired.map((f) => [f.schedule, f.tick.toISOString()]).sort()).toEqual(
+      [
+        ['hourly', (await serverHour(pool, 0)).toISOString()],
+        ['last', at.toISOString()],
+      ].sort(),
+    );
+    expect(pass.ended).toEqual(['last']);
+    expect(pass.failed).toEqual([]);
+    const states = (await r!.queue.listSchedules())._unsafeUnwrap();
+    expect(states.find((s) => s.name === 'last')).toMatchObject({
+      enabled: false,
+      nextRunAt: null,
+      fired: 1,
+    });
+    // Later passes leave it alone and go on with the others.
+    await setNextRun(pool, schema, 'hourly', await serverHour(pool, 0));
+    const later = (await r!.queue.fireSchedules())._unsafeUnwrap();
+    expect(later.fired.map((f) => f.schedule)).toEqual(['hourly']);
+    expect(later.ended).toEqual([]);
+    expect(later.redefined).toEqual([]);
+  });
+});
+
+describe("schedules: a pass's own declarations are live", () => {
+  it('liveness below 3 s is refused (fireSchedules and work): InvalidOptions, nothing sent', async () => {
+    const { schema } = await freshSchema();
+    const [r] = replicasOf(1, schema, { hourly: { every: '1h', task: 'ping' } });
+    for (const liveness of [1, 100, '2999ms']) {
+      const e = (await r!.queue.fireSchedules({ liveness }))._unsafeUnwrapErr();
+      expect(e.kind).toBe('InvalidOptions');
+      let thrown: unknown;
+      try {
+        r!.queue.work({ ping: () => {} }, { scheduleLiveness: liveness });
+      } catch (error) {
+        thrown = error;
+      }
+      expect((thrown as { kind?: string }).kind).toBe('InvalidOptions');
+    }
+    expect(
+      (await pool.query(`SELECT count(*)::int AS n FROM ${schema}.schedule_declarations`)).rows[0].n,
+    ).toBe(0);
+  });
+
+  it("a declaring pass whose own declaration is older than liveness by the pass's clock does not disable its schedules", async () => {
+    const { schema } = await freshSchema();
+    const [r] = replicasOf(1, schema, {
+      hourly: { every: '1h', task: 'ping' },
+      other: { every: '1h', task: 'ping' },
+    });
+    (await r!.queue.fireSchedules())._unsafeUnwrap();
+    // Another session holds the row of a schedule the pass must insert ('third', declared by nobody yet):
+    // the pass waits on it after its declarations and its clock were taken.
+    const blocker = await pool.connect();
+    try {
+      await pool.query(
+        `INSERT INTO ${schema}.schedule_declarations (name, hash, definition) VALUES ('third', 'h3', '{}')`,
+      );
+      await blocker.query('BEGIN');
+      await blocker.query(
+        `INSERT INTO ${schema}.schedules (name, hash, definition) VALUES ('third', '', '{}')`,
+      );
+      const passing = r!.queue.fireSchedules({ liveness: '1m' });
+      await placeholderInsertWaits();
+      // While it waits, its declarations age past liveness (what a slow pass, a stall or a clock step does).
+      await pool.query(
+        `UPDATE ${schema}.schedule_declarations SET last_declared_at = now() - interval '1 hour' WHERE name <> 'third'`,
+      );
+      await blocker.query('ROLLBACK');
+      const pass = (await passing)._unsafeUnwrap();
+      expect(pass.disabled).toEqual([]);
+      const states = (await r!.queue.listSchedules())._unsafeUnwrap();
+      expect(states.filter((s) => s.name !== 'third').map((s) => [s.name, s.enabled])).toEqual([
+        ['hourly', true],
+        ['other', true],
+      ]);
+    } finally {
+      blocker.release();
+    }
+  });
+});
+
+describe('schedules: bounded work per pass after a long outage', () => {
+  it('a per-second schedule down for three hours (an hour of grace): 1000 ticks per pass, every on-time tick once, in later passes', async () => {
+    const { schema } = await freshSchema();
+    const [r] = replicasOf(1, schema, { beat: { every: '1s', task: 'ping', grace: '1h' } });
+    (await r!.queue.fireSchedules())._unsafeUnwrap();
+    const start = (
+      await pool.query<{ t: Date }>("SELECT date_trunc('second', now()) - interval '3 hours' AS t")
+    ).rows[0]!.t;
+    await setNextRun(pool, schema, 'beat', start);
+    const sizes: number[] = [];
+    let skipped = 0;
+    for (;;) {
+      const pass = (await r!.queue.fireSchedules({ declare: false }))._unsafeUnwrap();
+      sizes.push(pass.fired.length);
+      skipped += pass.skipped;
+      if (pass.fired.length < 1000) break;
+    }
+    expect(sizes[0]).toBe(1000);
+    expect(Math.max(...sizes)).toBe(1000);
+    expect(sizes.length).toBeGreaterThanOrEqual(4);
+    // About two hours skipped (older than the grace, by the clock of the first pass that got to them), nothing else.
+    expect(skipped).toBeGreaterThanOrEqual(7190);
+    expect(skipped).toBeLessThanOrEqual(7201);
+    const ticks = (await jobKeys(schema))
+      .map((k) => scheduledTick({ key: k })!.getTime())
+      .sort((a, b) => a - b);
+    expect(new Set(ticks).size).toBe(ticks.length);
+    // One job per second, with no gap, from the first on-time tick to the last pass.
+    expect(ticks.every((t, i) => i === 0 || t - ticks[i - 1]! === 1000)).toBe(true);
+    // Every tick from the start is either skipped (the oldest) or fired (all after them): none lost.
+    expect(ticks[0]).toBe(start.getTime() + skipped * 1000);
+    expect(ticks.length).toBeGreaterThanOrEqual(3600);
+    const [state] = (await r!.queue.listSchedules())._unsafeUnwrap();
+    expect(state?.fired).toBe(ticks.length);
+  });
+});
+
+describe('schedules: a redefinition racing a firing pass', () => {
+  it('a declaring pass that redefines a schedule after another pass fired ticks later than its clock never fires those ticks again', async () => {
+    const { schema } = await freshSchema();
+    const v1 = { every: '1s', task: 'ping', grace: '1m', payload: { v: 1 } } as const;
+    const v2 = { every: '1s', task: 'ping', grace: '1m', payload: { v: 2 } } as const;
+    const [old] = replicasOf(1, schema, { beat: v1 });
+    const [next] = replicasOf(1, schema, { beat: v2 });
+    (await old!.queue.fireSchedules())._unsafeUnwrap();
+    // The interleaving: the new deploy's declaring pass takes its clock, then waits on a row lock (another
+    // session inserting a schedule it must insert too); meanwhile the old replica fires the ticks that come
+    // after that clock; then the new pass goes on and redefines the schedule.
+    await pool.query(
+      `INSERT INTO ${schema}.schedule_declarations (name, hash, definition) VALUES ('third', 'h3', '{}')`,
+    );
+    const blocker = await pool.connect();
+    try {
+      await blocker.query('BEGIN');
+      await blocker.query(
+        `INSERT INTO ${schema}.schedules (name, hash, definition) VALUES ('third', '', '{}')`,
+      );
+      const redefining = next!.queue.fireSchedules();
+      await placeholderInsertWaits();
+      const blockedAt = (await pool.query<{ t: Date }>('SELECT now() AS t')).rows[0]!.t;
+      // A tick after the waiting pass's clock has come (polled on the server's clock, not slept).
+      await untilServerPasses(pool, blockedAt, 1200);
+      const firedByOld = (await old!.queue.fireSchedules({ declare: false }))._unsafeUnwrap().fired;
+      const late = firedByOld.filter((f) => f.tick.getTime() > blockedAt.getTime());
+      expect(late.length).toBeGreaterThan(0);
+      // Those jobs ran and completed (deleted): a key no longer holds a tick back.
+      await pool.query(`DELETE FROM ${schema}.jobs`);
+      await blocker.query('ROLLBACK');
+      const pass = (await redefining)._unsafeUnwrap();
+      expect(pass.redefined).toEqual(['beat']);
+      // The next passes fire the new definition's ticks: none of those the old replica fired.
+      const later: Date[] = [];
+      await eventually(async () => {
+        later.push(
+          ...(await old!.queue.fireSchedules({ declare: false }))._unsafeUnwrap().fired.map((f) => f.tick),
+        );
+        return later.length > 0;
+      });
+      const again = later.filter((t) => firedByOld.some((f) => f.tick.getTime() === t.getTime()));
+      expect(again.map((t) => t.toISOString())).toEqual([]);
+      expect(Math.min(...later.map((t) => t.getTime()))).toBeGreaterThan(
+        Math.max(...firedByOld.map((f) => f.tick.getTime())),
+      );
+    } finally {
+      blocker.release();
+    }
+  });
+});
+
+describe('schedules: a redefinition while ticks decided earlier still wait to fire', () => {
+  it('the old definition fires every tick its pass decided to fire, then the new one takes over', async () => {
+    const { schema } = await freshSchema();
+    const v1 = { every: '1s', task: 'ping', grace: '1h', payload: { v: 1 } } as const;
+    const v2 = { every: '1s', task: 'ping', grace: '1h', payload: { v: 2 } } as const;
+    const [old] = replicasOf(1, schema, { beat: v1 });
+    (await old!.queue.fireSchedules())._unsafeUnwrap();
+    const start = (
+      await pool.query<{ t: Date }>("SELECT date_trunc('second', now()) - interval '2 hours' AS t")
+    ).rows[0]!.t;
+    await setNextRun(pool, schema, 'beat', start);
+    const first = (await old!.queue.fireSchedules({ declare: false }))._unsafeUnwrap();
+    expect(first.fired).toHaveLength(1000); // about 2,600 more decided, waiting for the next passes
+    // The new deploy starts: its declaring passes see the backlog of the old definition first.
+    const [next] = replicasOf(1, schema, { beat: v2 });
+    const redefinedAt: number[] = [];
+    for (let pass = 0; pass < 10 && redefinedAt.length === 0; pass++) {
+      const r = (await next!.queue.fireSchedules())._unsafeUnwrap();
+      if (r.redefined.includes('beat')) redefinedAt.push(pass);
+    }
+    expect(redefinedAt.length).toBe(1);
+    const jobs = await pool.query<{ key: string; v: number }>(
+      `SELECT key, (payload->>'v')::int AS v FROM ${schema}.jobs ORDER BY run_at`,
+    );
+    const ticks = jobs.rows.map((j) => scheduledTick({ key: j.key })!.getTime());
+    // Every on-time tick of the old definition fired once, without a gap, before the new one's first.
+    expect(ticks.every((t, i) => i === 0 || t - ticks[i - 1]! === 1000)).toBe(true);
+    expect(ticks.length).toBeGreaterThanOrEqual(3600);
+    expect(jobs.rows.every((j) => j.v === 1)).toBe(true);
   });
 });

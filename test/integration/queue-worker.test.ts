@@ -339,7 +339,7 @@ describe('worker', () => {
     const rec = recorder();
     const worker = queue.work(
       { work: () => g.at('hold') },
-      { lease: 300, reapInterval: 50, hooks: rec.hooks },
+      { lease: '5s', reapInterval: 50, hooks: rec.hooks },
     );
     await g.reached('hold');
     const first = await pool.query(`SELECT lease_expires_at FROM ${queue.schema}.jobs WHERE id = $1`, [
@@ -384,7 +384,7 @@ describe('worker', () => {
         },
       },
       // listen: false — the heartbeat, not the cancel channel, must be what finds the lease lost.
-      { lease: 150, listen: false, hooks: rec.hooks },
+      { lease: '5s', listen: false, hooks: rec.hooks },
     );
     g.open('running');
     await g.reached('running');

@@ -1,6 +1,7 @@
 import { existsSync } from 'node:fs';
 import pg from 'pg';
 import { afterAll, expect, it } from 'vitest';
+import { capabilities } from '../../src/capabilities/capabilities.js';
 import { Unsupported } from '../../src/errors/errors.js';
 import { JobListener } from '../../src/patterns/queue/job-listener.js';
 import { type StartedPostgres, startPostgres } from '../../src/testing/start-postgres.js';
@@ -76,6 +77,17 @@ it('a worker LISTEN session on a hot standby gets one Unsupported and stops (the
   expect(errors[0]).toBeInstanceOf(Unsupported);
   expect(errors[0]).toMatchObject({ capability: 'listenNotify' });
   expect(listener.listening).toBe(false);
+});
+
+it('capabilities() on a hot standby: btree_gist is not "installable" (nothing can be installed there)', async () => {
+  const caps = (await capabilities(standby.url))._unsafeUnwrap();
+  expect(caps.inRecovery).toBe(true);
+  expect(caps.readOnly).toBe(true);
+  expect(caps.btreeGist).not.toBe('installable');
+  if (caps.btreeGist !== 'installed') {
+    expect(caps.btreeGist).toBe('read-only');
+    expect(caps.unsupported.btreeGist).toMatch(/hot standby or a read-only session/);
+  }
 });
 
 it('makes replication lag visible: with replay paused the standby misses a commit, then catches up', async () => {

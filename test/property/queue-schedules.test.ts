@@ -41,7 +41,9 @@ async function naivePass(r: (typeof replicas)[number], delay: number): Promise<D
   let tick = row.rows[0]?.next_run_at ?? now;
   while (tick.getTime() <= now.getTime()) {
     fired.push(tick);
-    tick = nextTick(stored, tick);
+    const next = nextTick(stored, tick);
+    if (next === undefined) break; // an interval schedule always has a next tick
+    tick = next;
   }
   await yields(delay);
   await r.pool.query(

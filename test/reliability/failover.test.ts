@@ -124,7 +124,7 @@ it('failover to a promoted standby: retried or CommitOutcomeUnknown, 25006 retri
     {
       concurrency: 4,
       batch: 4,
-      lease: 1500,
+      lease: 5000,
       reapInterval: 250,
       pollInterval: 100,
       hooks: {

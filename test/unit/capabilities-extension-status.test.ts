@@ -10,6 +10,7 @@ const facts = {
   ext_trusted: true,
   superuser: false,
   can_create: true,
+  read_only_session: false,
 };
 
 describe('extensionStatusOf', () => {
@@ -21,6 +22,10 @@ describe('extensionStatusOf', () => {
     [{ ...facts, ext_trusted: false, can_create: false, superuser: true }, 'installable'],
     [{ ...facts, ext_available: false }, 'unavailable'],
     [{ ...facts, ext_available: false, superuser: true }, 'unavailable'],
+    [{ ...facts, read_only_session: true }, 'read-only'],
+    [{ ...facts, read_only_session: true, superuser: true }, 'read-only'],
+    [{ ...facts, read_only_session: true, ext_installed: '1.7' }, 'installed'],
+    [{ ...facts, read_only_session: true, ext_available: false }, 'unavailable'],
   ] as const)('%o → %s', (row, status) => {
     expect(extensionStatusOf(row)).toBe(status);
   });
@@ -36,5 +41,6 @@ describe('extensionProblem', () => {
       /contrib package.*CREATE EXTENSION btree_gist/,
     );
     expect(extensionProblem('btree_gist', 'not-permitted')).toMatch(/superuser or the database owner/);
+    expect(extensionProblem('btree_gist', 'read-only')).toMatch(/on the primary/);
   });
 });

@@ -45,6 +45,7 @@ const EXPECTED = {
     'RetriesExhausted',
     'SINGLE_RUN_TABLE',
     'SQLSTATE',
+    'ScheduleFailed',
     'SerializationFailure',
     'SessionLock',
     'StatementTimeout',

@@ -147,7 +147,7 @@ describe('error kinds per function', () => {
       type Detected = Awaited<ReturnType<typeof capabilities>>;
       expectTypeOf<Detected>().toEqualTypeOf<Result<Capabilities, DatabaseFailure>>();
       expectTypeOf<Capabilities['btreeGist']>().toEqualTypeOf<
-        'installed' | 'installable' | 'not-permitted' | 'unavailable'
+        'installed' | 'installable' | 'not-permitted' | 'read-only' | 'unavailable'
       >();
       expectTypeOf<Capabilities['listenNotify']>().toEqualTypeOf<boolean>();
     }));

@@ -4,7 +4,15 @@ import { DbError } from '../../src/errors/errors.js';
 import { ScheduleLoop } from '../../src/patterns/queue/schedule-loop.js';
 import type { SchedulePassResult } from '../../src/patterns/queue/schedule-pass.js';
 
-const empty: SchedulePassResult = { fired: [], skipped: 0, redefined: [], disabled: [], unreadable: [] };
+const empty: SchedulePassResult = {
+  fired: [],
+  skipped: 0,
+  redefined: [],
+  disabled: [],
+  unreadable: [],
+  ended: [],
+  failed: [],
+};
 
 describe('ScheduleLoop', () => {
   it('goes on after a failing pass and after a pass that rejects (a defect); declares on the first pass', async () => {

@@ -8,7 +8,7 @@ import {
   storedSchedule,
 } from '../../src/patterns/queue/schedule-options.js';
 import { scheduledTick } from '../../src/patterns/queue/schedule-state.js';
-import { dueTicks, nextTick } from '../../src/patterns/queue/schedule-ticks.js';
+import { dueTicks, MAX_TICKS_FIRED, nextTick } from '../../src/patterns/queue/schedule-ticks.js';
 
 const tasks = { report: z.object({ kind: z.string().default('daily') }), ping: z.object({}) };
 
@@ -21,7 +21,7 @@ function ticks(d: ScheduleDefinition, from: string, to: string): string[] {
   const s = stored(d);
   const out: string[] = [];
   let t = nextTick(s, new Date(new Date(from).getTime() - 1));
-  while (t.getTime() < new Date(to).getTime()) {
+  while (t !== undefined && t.getTime() < new Date(to).getTime()) {
     out.push(t.toISOString());
     t = nextTick(s, t);
   }
@@ -85,7 +85,7 @@ describe('dueTicks: the missed-tick policy', () => {
     const d = dueTicks(hourly('skip'), from, now);
     expect(d.fire.map((t) => t.toISOString())).toEqual(['2026-01-01T05:00:00.000Z']);
     expect(d.skipped).toBe(5);
-    expect(d.next.toISOString()).toBe('2026-01-01T06:00:00.000Z');
+    expect(d.next?.toISOString()).toBe('2026-01-01T06:00:00.000Z');
     expect(d.latest?.toISOString()).toBe('2026-01-01T05:00:00.000Z');
   });
 
@@ -117,8 +117,78 @@ describe('dueTicks: the missed-tick policy', () => {
       '2026-01-31T23:59:59.000Z',
       '2026-02-01T00:00:00.000Z',
     ]);
-    expect(d.next.toISOString()).toBe('2026-02-01T00:00:01.000Z');
+    expect(d.next?.toISOString()).toBe('2026-02-01T00:00:01.000Z');
     expect(d.skipped).toBeGreaterThan(2_000_000);
+  });
+});
+
+describe('dueTicks: at most MAX_TICKS_FIRED per pass, the rest in the next passes', () => {
+  // A per-second schedule with a day of grace, down for a day: 86,401 ticks on time.
+  const s = stored({ every: '1s', task: 'ping', grace: '1d' });
+  const from = at('2026-01-01T00:00:00Z');
+  const downUntil = at('2026-01-02T00:00:00Z');
+
+  /** Passes one after another (one second apart) until one fires fewer than the cap: caught up. */
+  function drain(schedule: ReturnType<typeof stored>, start: Date, now0: Date) {
+    const fired: number[] = [];
+    const sizes: number[] = [];
+    let next: Date | undefined = start;
+    let lastTick: Date | undefined;
+    let skipped = 0;
+    let now = now0;
+    while (next !== undefined && next.getTime() <= now.getTime()) {
+      const d = dueTicks(schedule, next, now, { decidedUntil: lastTick });
+      fired.push(...d.fire.map((t) => t.getTime()));
+      sizes.push(d.fire.length);
+      skipped += d.skipped;
+      next = d.next;
+      lastTick = d.latest ?? lastTick;
+      now = new Date(now.getTime() + 1000);
+      if (d.fire.length < MAX_TICKS_FIRED) break;
+    }
+    return { fired, sizes, skipped, now };
+  }
+
+  it('fires 1000 ticks in the first pass, then the rest, each exactly once, in order', () => {
+    expect(MAX_TICKS_FIRED).toBe(1000);
+    const first = dueTicks(s, from, downUntil);
+    expect(first.fire).toHaveLength(1000);
+    expect(first.next?.toISOString()).toBe('2026-01-01T00:16:40.000Z');
+    expect(first.latest?.toISOString()).toBe('2026-01-02T00:00:00.000Z');
+    const { fired, sizes, skipped } = drain(s, from, downUntil);
+    expect(Math.max(...sizes)).toBe(1000);
+    expect(skipped).toBe(0);
+    // Every second from the start to the last pass's clock, once each, in order.
+    expect(fired[0]).toBe(from.getTime());
+    expect(fired.every((t, i) => i === 0 || t - (fired[i - 1] ?? 0) === 1000)).toBe(true);
+    expect(fired.length).toBeGreaterThan(86_401);
+  });
+
+  it("ticks the policy keeps stay kept while they wait: 'skip' with an hour of grace after three hours down", () => {
+    const hourGrace = stored({ every: '1s', task: 'ping', grace: '1h' });
+    const now0 = at('2026-01-01T03:00:00Z');
+    const { fired, sizes, skipped } = drain(hourGrace, from, now0);
+    // The first pass skips what is older than an hour; the 3,601 on-time ticks (and those that come
+    // meanwhile) fire over 4 passes, though by the last pass the first of them are more than an hour old.
+    expect(skipped).toBe(7200);
+    expect(sizes.slice(0, 3)).toEqual([1000, 1000, 1000]);
+    expect(sizes).toHaveLength(4);
+    expect(fired[0]).toBe(at('2026-01-01T02:00:00Z').getTime());
+    expect(fired.at(-1)).toBe(at('2026-01-01T03:00:03Z').getTime());
+    expect(fired.every((t, i) => i === 0 || t - (fired[i - 1] ?? 0) === 1000)).toBe(true);
+  });
+
+  it('the naive control: without the stored decision, the second pass skips what the first left', () => {
+    const hourGrace = stored({ every: '1s', task: 'ping', grace: '1h' });
+    const first = dueTicks(hourGrace, from, at('2026-01-01T03:00:00.500Z'));
+    // A pass much later (a worker that passes rarely) without decidedUntil: the policy applies again.
+    const second = dueTicks(hourGrace, first.next ?? from, at('2026-01-01T04:00:00.500Z'));
+    expect(second.skipped).toBeGreaterThan(0);
+    const kept = dueTicks(hourGrace, first.next ?? from, at('2026-01-01T04:00:00.500Z'), {
+      decidedUntil: first.latest,
+    });
+    expect(kept.skipped).toBe(0);
+    expect(kept.fire[0]?.getTime()).toBe(first.next?.getTime());
   });
 });
 

@@ -1,4 +1,4 @@
-import { err, errAsync, ok, ResultAsync } from 'neverthrow';
+import { err, errAsync, ok, type Result, ResultAsync } from 'neverthrow';
 import {
   type DatabaseFailure,
   type InvalidOptions,
@@ -299,24 +299,24 @@ export class HandlerRunner {
   /**
    * Extends the leases of running jobs and of `buffered` ones that are due (a third of the lease since
    * the last extension). A running job whose lease was lost is aborted (its signal fires); a buffered
-   * one is dropped from `buffered`. Returns how many buffered jobs were dropped.
+   * one is dropped from `buffered`. Returns how many buffered jobs were dropped, undefined when no lease
+   * was due (nothing sent), or the extension's failure (reported by the caller, which counts the streak).
    */
-  async heartbeat(buffered: BufferedJob[]): Promise<number> {
+  async heartbeat(
+    buffered: BufferedJob[],
+  ): Promise<Result<number | undefined, InvalidOptions | DatabaseFailure>> {
     const now = Date.now();
     const third = this.#o.leaseMs / 3;
     const due = [...this.#running.values()].filter(
       (r) => r.why === undefined && !r.completedInTx && now - r.lastExtendAt >= third,
     );
     const dueBuffered = buffered.filter((b) => now - b.lastExtendAt >= third);
-    if (due.length === 0 && dueBuffered.length === 0) return 0;
+    if (due.length === 0 && dueBuffered.length === 0) return ok(undefined);
     const r = await this.#store.extendMany(
       [...due.map((d) => d.job), ...dueBuffered.map((b) => b.job)],
       this.#o.leaseMs,
     );
-    if (r.isErr()) {
-      this.#events.onError(r.error, 'heartbeat');
-      return 0;
-    }
+    if (r.isErr()) return err(r.error);
     let dropped = 0;
     for (const b of dueBuffered) {
       if (r.value.has(b.job.id)) b.lastExtendAt = now;
@@ -334,7 +334,7 @@ export class HandlerRunner {
       else if (!d.completedInTx && this.#running.has(d.job.id))
         this.#abort(d, 'lost', new LeaseLost(d.job.id));
     }
-    return dropped;
+    return ok(dropped);
   }
 
   #timedOut(running: Running, ms: number): void {

@@ -115,6 +115,12 @@ export interface JobStore {
    */
   readonly takesOver: boolean;
   /**
+   * Whether the queue declares a rate limit (a group's `rate` or a `taskRates` entry): its workers claim
+   * only for free handler slots (no local queue), so a claimed job starts at once and handler starts
+   * follow the rate the claims keep.
+   */
+  readonly rated: boolean;
+  /**
    * Where the queue's statements go; the LISTEN session is a connection of its own built from `options`.
    * Its counters tell a handler's `ctx.progress` whether a client is free while `ctx.transaction` holds one.
    */

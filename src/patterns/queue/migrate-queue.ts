@@ -17,6 +17,7 @@ import { groupLimitsMigration } from './migrations/group-limits-migration.js';
 import { jobControlMigration } from './migrations/job-control-migration.js';
 import { jobsMigration } from './migrations/jobs-migration.js';
 import { leanClaimMigration } from './migrations/lean-claim-migration.js';
+import { rateClockMigration } from './migrations/rate-clock-migration.js';
 import { schedulesMigration } from './migrations/schedules-migration.js';
 import { takeOverFunctionMigration } from './migrations/take-over-function-migration.js';
 import { traceContextMigration } from './migrations/trace-context-migration.js';
@@ -59,6 +60,7 @@ const MIGRATIONS: readonly Migration[] = [
   claimTokenMigration,
   claimByTidMigration,
   takeOverFunctionMigration,
+  rateClockMigration,
 ];
 
 /** Stable signed 64-bit advisory key for a schema's migrations (`advisoryKey`: sha-256, not hashtext). */

@@ -22,6 +22,31 @@ const NO_NUL = 'must not contain NUL (U+0000): PostgreSQL text cannot store it';
 /** A task name as stored in the jobs table. */
 const taskName = z.string().min(1).refine(storable, NO_NUL);
 
+/**
+ * The shortest lease a claim may take: 5 s. A worker's heartbeat extends a lease once it is a third old
+ * (checked every sixth of the lease), so a lease must outlast a claim's round trip, the wait for the next
+ * heartbeat and an extension's round trip, on a busy event loop and a slow network. A lease of 0 ms was
+ * once accepted: the job expired the moment it was claimed, the reaper gave it back and another worker
+ * ran it while the first run went on (one job ran 3 times, 2 at once). Below 5 s a pause of the process
+ * (a garbage collection, a CPU-starved container) of a second or two is enough to run a job twice.
+ */
+export const MIN_LEASE_MS = 5000;
+
+/** A lease: a duration of at least {@link MIN_LEASE_MS} (5 s). */
+export const leaseSchema = durationSchema.refine(
+  (ms) => ms >= MIN_LEASE_MS,
+  'at least 5 s: a shorter lease can expire while its job runs, and the job runs twice',
+);
+
+/**
+ * How long a schedule declaration stays live without a refresh: at least 3 s. Workers refresh theirs
+ * every third of it, so a shorter one turns a pause of a replica (a garbage collection, a slow pass, a
+ * pool client waited for) into its schedules being disabled, or another deploy's definition taking over.
+ */
+export const livenessSchema = durationSchema.pipe(
+  z.number().min(3000, 'at least 3 s: workers refresh their declarations every third of it'),
+);
+
 /** A capability a task requires and a worker declares ('publish-token'). */
 export const capabilityName = z.string().min(1).max(200).refine(storable, NO_NUL);
 
@@ -58,9 +83,19 @@ export const groupLimitsSchema = z
   })
   .refine((l) => l.concurrency !== undefined || l.rate !== undefined, 'give concurrency, rate or both');
 
+/**
+ * The queue's schema: a lower-case identifier, and a schema of the queue's own. `public` (where the
+ * application's tables are; the queue's migrations would create their tables and functions among them),
+ * `information_schema` and PostgreSQL's reserved `pg_*` schemas (pg_catalog, pg_toast, pg_temp…) were
+ * accepted: the queue's tables were created there, or the migration failed half-way.
+ */
 const schemaName = z
   .string()
-  .regex(/^[a-z_][a-z0-9_]{0,40}$/, 'a lower-case identifier of at most 41 characters (letters, digits, _)');
+  .regex(/^[a-z_][a-z0-9_]{0,40}$/, 'a lower-case identifier of at most 41 characters (letters, digits, _)')
+  .refine(
+    (name) => name !== 'public' && name !== 'information_schema' && !name.startsWith('pg_'),
+    "a schema of its own for the queue's tables: not public, information_schema or a pg_ schema",
+  );
 
 /** Options of `new Queue(...)` (validated; the type comes from this schema). */
 export const queueOptionsSchema = z.strictObject({
@@ -87,8 +122,8 @@ export const queueOptionsSchema = z.strictObject({
   maxAttempts: z.number().int().min(1).max(1_000_000).default(5),
   /** Default retry backoff. */
   backoff: backoffSchema.default({ baseMs: 1000, capMs: 3_600_000 }),
-  /** Default lease of a claim. */
-  lease: durationSchema.default(30_000),
+  /** Default lease of a claim (at least 5 s). */
+  lease: leaseSchema.default(30_000),
   /** Recurring schedules: name → definition (validated by `declareSchedules` in the constructor). */
   schedules: z.record(z.string(), z.unknown()).optional(),
   /**
@@ -121,7 +156,10 @@ const EARLIEST_TIMESTAMP = new Date(Date.UTC(-4713, 10, 24));
 export const enqueueOptionsSchema = z.strictObject({
   /** Earliest time the job may run (default now). */
   runAt: z
-    .date()
+    .date({
+      // zod's own text for an Invalid Date was "expected date, received Date".
+      error: (issue) => (issue.input instanceof Date ? 'invalid date (its time is NaN)' : 'expected a Date'),
+    })
     .min(EARLIEST_TIMESTAMP, 'before the earliest timestamp PostgreSQL stores (4714-11-24 BC)')
     .optional(),
   /** Lower runs first (default 0). */
@@ -157,8 +195,8 @@ export const enqueueManyOptionsSchema = enqueueOptionsSchema
 export const claimOptionsSchema = z.strictObject({
   /** How many jobs to claim at most. */
   batch: z.number().int().min(1).max(10_000).default(1),
-  /** Lease per job (default: the queue's). */
-  lease: durationSchema.optional(),
+  /** Lease per job (default: the queue's; at least 5 s). */
+  lease: leaseSchema.optional(),
   /** Only these tasks (default: every task registered with the queue). */
   tasks: z.array(taskName).min(1).optional(),
 });
@@ -177,18 +215,22 @@ export const failOptionsSchema = z.strictObject({
   final: z.boolean().default(false),
 });
 
+/**
+ * A job id: a whole number from 0 to the largest bigint, as a string of digits or a number. One check
+ * with one message: a union of string and number schemas followed by a range check reported two issues
+ * for 'abc', the second one wrong ("beyond bigint").
+ */
+const jobIdSchema = z.custom<string | number>(
+  (v) => (typeof v === 'string' || (typeof v === 'number' && Number.isSafeInteger(v))) && isJobId(v),
+  'not a job id (a whole number from 0 to 9223372036854775807)',
+);
+
 /** Options of `redrive`. */
 export const redriveOptionsSchema = z.strictObject({
   /** Only dead jobs of this task. */
   task: taskName.optional(),
   /** Only these job ids. */
-  ids: z
-    .array(
-      z
-        .union([z.string().regex(/^\d+$/), z.number().int().nonnegative()])
-        .refine(isJobId, 'not a job id (beyond bigint)'),
-    )
-    .optional(),
+  ids: z.array(jobIdSchema).optional(),
   /** At most this many jobs (default 1000). */
   limit: z.number().int().min(1).max(1_000_000).default(1000),
 });

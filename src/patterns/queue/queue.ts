@@ -324,6 +324,11 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
    * limits declared, all of them concurrency.
    */
   readonly takesOver: boolean;
+  /**
+   * Whether the queue declares a rate limit (a group's `rate`, or `taskRates`): its workers claim only for
+   * their free handler slots, with no local queue, so that a job starts when it is claimed.
+   */
+  readonly rated: boolean;
   /** The `logger` option: where the workers' log lines go (else console.error, rate-limited). */
   readonly logger: Logger | undefined;
   /** Spans and counters of enqueues and job runs (no-op without OpenTelemetry). */
@@ -381,7 +386,8 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
     this.requires = Object.freeze({ ...o.requires });
     this.#limits = limitsDeclaration(o.groups, o.taskRates);
     this.limited = this.#limits !== undefined;
-    this.takesOver = this.limited && !ratesDeclared(o.groups, o.taskRates);
+    this.rated = ratesDeclared(o.groups, o.taskRates);
+    this.takesOver = this.limited && !this.rated;
     const declared = declareSchedules(options.schedules, options.tasks);
     if (declared.isErr()) throw declared.error;
     this.#schedules = {
@@ -794,7 +800,8 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
   }
 
   /**
-   * Extends a running job's lease to now + `lease` (heartbeat). `LeaseLost` when it is no longer ours.
+   * Extends a running job's lease to now + `lease` (heartbeat; at least 5 s, else `InvalidOptions` and
+   * nothing sent). `LeaseLost` when it is no longer ours.
    *
    * @example
    * const until = await queue.extend(job, '2m');
@@ -819,14 +826,15 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
     jobs: readonly JobLease[],
     lease: number | string = this.leaseMs,
   ): ResultAsync<Map<string, Date>, InvalidOptions | DatabaseFailure> {
-    const parsed = parseOptions(claimOptionsSchema.shape.lease, lease);
+    // As an object, so the issue's path names the lease.
+    const parsed = parseOptions(claimOptionsSchema.pick({ lease: true }), { lease });
     if (parsed.isErr()) return errAsync(parsed.error);
     const valid = splitLeases(jobs, (j) => j).valid;
     if (valid.length === 0) return okAsync(new Map());
     return run<{ id: string; lease_expires_at: Date }>(this.pool, this.#sql.extend, [
       valid.map((j) => j.id),
       valid.map((j) => j.leaseToken),
-      parsed.value ?? this.leaseMs,
+      parsed.value.lease ?? this.leaseMs,
     ]).map((res) => new Map(res.rows.map((r) => [String(r.id), r.lease_expires_at])));
   }
 

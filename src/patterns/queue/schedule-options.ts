@@ -33,6 +33,16 @@ function cronProblem(expression: string, timezone: string): string | undefined {
   }
 }
 
+/**
+ * Why a valid cron is refused as a definition: it has no tick after now (croner accepts a 7th, year,
+ * field: '0 0 0 1 1 * 2020' was accepted, and such a schedule would never fire).
+ */
+function cronEnded(expression: string, timezone: string): string | undefined {
+  const now = new Date();
+  if (new Cron(expression, { timezone, paused: true }).nextRun(now) !== null) return undefined;
+  return `never fires again: no tick after ${now.toISOString()} (its year field is in the past)`;
+}
+
 /** What to do with ticks that passed while no replica was running (older than `grace`). */
 export const missedPolicySchema = z.union([
   z.literal('skip'),
@@ -81,7 +91,7 @@ export const scheduleDefinitionSchema = z
       ctx.addIssue({ code: 'custom', path: ['tz'], message: 'tz applies to cron only' });
     }
     if (d.cron !== undefined) {
-      const problem = cronProblem(d.cron, d.tz ?? 'UTC');
+      const problem = cronProblem(d.cron, d.tz ?? 'UTC') ?? cronEnded(d.cron, d.tz ?? 'UTC');
       if (problem !== undefined) ctx.addIssue({ code: 'custom', path: ['cron'], message: problem });
     }
   });

@@ -1,7 +1,7 @@
 import { ResultAsync } from 'neverthrow';
 import type pg from 'pg';
 import { classify } from '../../errors/classify.js';
-import type { DatabaseFailure } from '../../errors/errors.js';
+import { type DatabaseFailure, ScheduleFailed } from '../../errors/errors.js';
 import { inClientTransaction } from './in-client-transaction.js';
 import { parseStoredSchedule, type StoredSchedule } from './schedule-options.js';
 import type { ScheduleRow, ScheduleStatements } from './schedule-sql.js';
@@ -51,6 +51,16 @@ export interface SchedulePassResult {
   readonly disabled: readonly string[];
   /** Schedules whose stored definition this version cannot read (a newer version's feature): left alone. */
   readonly unreadable: readonly string[];
+  /**
+   * Schedules that ran out of ticks in this pass (a cron whose year field ends): their last ticks fired,
+   * and they are stored disabled with no next run. A later deploy with another definition starts them again.
+   */
+  readonly ended: readonly string[];
+  /**
+   * Schedules this pass could not handle (their next tick could not be computed): each left as it was,
+   * with the error; the pass fired the others and committed.
+   */
+  readonly failed: readonly ScheduleFailed[];
 }
 
 /** The key of a tick's job: `schedule:<name>:<tick ISO>`. */
@@ -80,7 +90,7 @@ export function runSchedulePass(
     if (!options.declare) {
       const due = await ctx.pool.query<{ due: boolean }>(ctx.sql.anyDue);
       if (due.rows[0]?.due !== true)
-        return { fired: [], skipped: 0, redefined: [], disabled: [], unreadable: [] };
+        return { fired: [], skipped: 0, redefined: [], disabled: [], unreadable: [], ended: [], failed: [] };
     }
     return inClientTransaction(ctx.pool, (client) => pass(client, ctx, options));
   };
@@ -103,14 +113,20 @@ async function pass(
   const redefined: string[] = [];
   const disabled: string[] = [];
   const unreadable: string[] = [];
+  const ended: string[] = [];
+  const failed: ScheduleFailed[] = [];
   let rows: ScheduleRow[];
   let winners = new Map<string, { hash: string; definition: unknown }>();
   if (options.declare) {
-    await client.query(sql.placeholders, [options.liveness]);
+    const names = ctx.declared.map((d) => d.name);
+    const hashes = ctx.declared.map((d) => d.hash);
+    await client.query(sql.placeholders, [options.liveness, names, hashes]);
     rows = (await client.query<ScheduleRow>(sql.lockAll)).rows;
     const found = await client.query<{ name: string; hash: string; definition: unknown }>(sql.winners, [
       options.liveness,
       rows.map((r) => r.name),
+      names,
+      hashes,
     ]);
     winners = new Map(found.rows.map((w) => [w.name, w]));
   } else {
@@ -122,13 +138,24 @@ async function pass(
     // First the ticks already due under the definition stored so far, then (when declaring) the switch
     // to the definition in force, from now on: a redefinition never fires a tick twice nor back-fills.
     const stored = parseStoredSchedule(row.definition);
+    let backlogged = false;
     if (row.enabled && row.next_run_at !== null && row.next_run_at.getTime() <= now.getTime()) {
       if (stored === undefined) unreadable.push(row.name);
       else {
-        const due = dueTicks(stored, row.next_run_at, now);
+        // The tick arithmetic runs in JavaScript, before this schedule's statements: when it throws, this
+        // schedule is left as it was and the others go on (it once rolled back the whole pass, for every
+        // schedule of the queue, on every retry).
+        // At most MAX_TICKS_FIRED ticks per schedule and pass; the stored last tick says which later
+        // ticks an earlier pass decided to fire and left for this one.
+        const from = row.next_run_at;
+        const decidedUntil = row.last_tick ?? undefined;
+        const due = ticksOf(row.name, () => dueTicks(stored, from, now, { decidedUntil }), failed);
+        if (due === undefined) continue;
         fired.push(...(await fire(client, ctx, row.name, stored, due)));
         skipped += due.skipped;
         row.last_tick = due.latest ?? row.last_tick;
+        if (due.next === undefined) ended.push(row.name);
+        backlogged = due.next !== undefined && due.latest !== undefined && due.next <= due.latest;
       }
     }
     if (!options.declare) continue;
@@ -141,20 +168,41 @@ async function pass(
       continue;
     }
     if (winner.hash === row.hash && row.enabled) continue;
+    // Ticks an earlier pass decided to fire still wait (more than a pass fires were due): the stored
+    // definition fires them first, and the next definition takes over once they have fired.
+    if (backlogged) continue;
     const definition = parseStoredSchedule(winner.definition);
     if (definition === undefined) {
       if (!unreadable.includes(row.name)) unreadable.push(row.name);
       continue;
     }
-    await client.query(sql.redefine, [
-      row.name,
-      winner.hash,
-      JSON.stringify(definition),
-      nextTick(definition, now),
-    ]);
+    // From the later of this pass's clock and the last tick handled: the row was read under its lock, and
+    // another pass may have committed ticks later than this pass's now() (its transaction's start) while
+    // this one waited (for a lock, a pool client); starting after now() fired those ticks again.
+    const after = row.last_tick !== null && row.last_tick.getTime() > now.getTime() ? row.last_tick : now;
+    const first = ticksOf(row.name, () => ({ next: nextTick(definition, after) }), failed);
+    if (first === undefined) continue;
+    // Ended already (disabled, no tick left) under this same definition: nothing to write or report.
+    if (first.next === undefined && winner.hash === row.hash && row.next_run_at === null) continue;
+    await client.query(sql.redefine, [row.name, winner.hash, JSON.stringify(definition), first.next ?? null]);
     redefined.push(row.name);
+    if (first.next === undefined) ended.push(row.name);
   }
-  return { fired, skipped, redefined, disabled, unreadable };
+  return { fired, skipped, redefined, disabled, unreadable, ended, failed };
+}
+
+/**
+ * Runs one schedule's tick arithmetic; when it throws, records a {@link ScheduleFailed} for that
+ * schedule in `failed` and returns undefined (the caller skips it).
+ */
+function ticksOf<R>(name: string, compute: () => R, failed: ScheduleFailed[]): R | undefined {
+  try {
+    return compute();
+  } catch (error) {
+    const reason = error instanceof Error ? error.message : String(error);
+    failed.push(new ScheduleFailed(name, `its next tick could not be computed: ${reason}`, error));
+    return undefined;
+  }
 }
 
 /** Inserts the jobs of `due.fire` and moves the schedule past every due tick (its row is locked). */
@@ -177,7 +225,14 @@ async function fire(
     keys,
   ]);
   const ids = new Map(inserted.rows.map((r) => [r.key, String(r.id)]));
-  await client.query(ctx.sql.advance, [name, due.next, due.latest ?? null, due.fire.length, due.skipped]);
+  // next_run_at NULL when the schedule has no tick left: never due again (the due index skips it).
+  await client.query(ctx.sql.advance, [
+    name,
+    due.next ?? null,
+    due.latest ?? null,
+    due.fire.length,
+    due.skipped,
+  ]);
   return due.fire.map((tick, i) => ({
     schedule: name,
     task: definition.task,

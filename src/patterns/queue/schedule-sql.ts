@@ -28,7 +28,14 @@ export interface ScheduleStatements {
 /** Builds the {@link ScheduleStatements} of a queue schema (identifiers quoted, values parameters). */
 export function scheduleStatements(schema: string): ScheduleStatements {
   const s = pg.escapeIdentifier(schema);
-  const live = `last_declared_at > now() - $1::double precision * interval '1 millisecond'`;
+  // Live: refreshed within liveness ($1, ms) by the pass transaction's clock, or declared by this very
+  // pass ($names, $hashes: its own declarations are live whatever the clock says). The pass's now() is
+  // later than its own autocommit declaration; a pass that waited for a lock or a pool client longer than
+  // liveness disabled the schedules it had just declared, and no worker fired them until its next
+  // declaring pass.
+  const live = (names: string, hashes: string) =>
+    `(last_declared_at > now() - $1::double precision * interval '1 millisecond'
+       OR (name, hash) IN (SELECT * FROM unnest(${names}::text[], ${hashes}::text[])))`;
   return {
     // Lock: ROW EXCLUSIVE on schedule_declarations; ON CONFLICT DO UPDATE row-locks this version's own
     // declaration rows until the (autocommit) statement ends. Rows sorted by key, so two replicas of one
@@ -43,7 +50,7 @@ export function scheduleStatements(schema: string): ScheduleStatements {
     // the same name waits for the other transaction, then does nothing; names in order, no deadlock.
     placeholders: `
       INSERT INTO ${s}.schedules (name, hash, definition)
-      SELECT DISTINCT name, '', '{}'::jsonb FROM ${s}.schedule_declarations WHERE ${live}
+      SELECT DISTINCT name, '', '{}'::jsonb FROM ${s}.schedule_declarations WHERE ${live('$2', '$3')}
        ORDER BY name
       ON CONFLICT (name) DO NOTHING`,
     // Lock: FOR UPDATE on every schedule row no other pass holds; SKIP LOCKED: a row another replica is
@@ -65,14 +72,15 @@ export function scheduleStatements(schema: string): ScheduleStatements {
     // most recently) among those a live replica still declares; ties broken by hash.
     winners: `
       SELECT DISTINCT ON (name) name, hash, definition FROM ${s}.schedule_declarations
-       WHERE ${live} AND name = ANY($2::text[])
+       WHERE ${live('$3', '$4')} AND name = ANY($2::text[])
        ORDER BY name, first_declared_at DESC, hash`,
     // Lock: the schedule's row, already locked FOR UPDATE by this pass.
     disable: `UPDATE ${s}.schedules SET enabled = false, next_run_at = NULL, updated_at = now() WHERE name = $1`,
-    // Lock: the schedule's row, already locked FOR UPDATE by this pass.
+    // Lock: the schedule's row, already locked FOR UPDATE by this pass. A definition with no tick left
+    // (a cron whose year field ended) is stored disabled, with no next run.
     redefine: `
-      UPDATE ${s}.schedules SET hash = $2, definition = $3::jsonb, enabled = true, next_run_at = $4,
-             updated_at = now()
+      UPDATE ${s}.schedules SET hash = $2, definition = $3::jsonb, enabled = ($4::timestamptz IS NOT NULL),
+             next_run_at = $4, updated_at = now()
        WHERE name = $1`,
     // Lock: ROW EXCLUSIVE on jobs; the partial unique index jobs_key by speculative insertion (a live job
     // already holding the tick's key makes it DO NOTHING). Runs in the pass transaction holding the
@@ -84,9 +92,10 @@ export function scheduleStatements(schema: string): ScheduleStatements {
         FROM unnest($7::timestamptz[], $8::text[]) AS t(run_at, key)
       ON CONFLICT (task, key) WHERE key IS NOT NULL AND state IN ('pending', 'running') DO NOTHING
       RETURNING j.id, j.key`,
-    // Lock: the schedule's row, already locked FOR UPDATE by this pass.
+    // Lock: the schedule's row, already locked FOR UPDATE by this pass. No next tick (a cron whose year
+    // field ended): disabled, with no next run (the CHECK ties an enabled schedule to its next run).
     advance: `
-      UPDATE ${s}.schedules SET next_run_at = $2, last_tick = coalesce($3, last_tick), fired = fired + $4, skipped = skipped + $5,
+      UPDATE ${s}.schedules SET next_run_at = $2, enabled = ($2::timestamptz IS NOT NULL), last_tick = coalesce($3, last_tick), fired = fired + $4, skipped = skipped + $5,
              updated_at = now()
        WHERE name = $1`,
     // Lock: none (a plain read).

@@ -3,7 +3,7 @@ import type pg from 'pg';
 import { z } from 'zod/v4';
 import { classify } from '../../errors/classify.js';
 import type { DatabaseFailure } from '../../errors/errors.js';
-import { durationSchema } from './queue-options.js';
+import { livenessSchema } from './queue-options.js';
 import { parseStoredSchedule, type StoredSchedule } from './schedule-options.js';
 import type { ScheduleRow, ScheduleStatements } from './schedule-sql.js';
 
@@ -11,8 +11,8 @@ import type { ScheduleRow, ScheduleStatements } from './schedule-sql.js';
 export const fireSchedulesOptionsSchema = z.strictObject({
   /** Record this process's definitions as live and reconcile the stored ones first (default true). */
   declare: z.boolean().default(true),
-  /** A declaration not refreshed for this long is no longer live (default 1 minute). */
-  liveness: durationSchema.pipe(z.number().min(1, 'at least 1 ms')).default(60_000),
+  /** A declaration not refreshed for this long is no longer live (default 1 minute, at least 3 s). */
+  liveness: livenessSchema.default(60_000),
 });
 
 /** Options of `queue.fireSchedules()`. */
@@ -30,7 +30,10 @@ export interface ScheduleState {
   readonly enabled: boolean;
   /** The next tick to fire (persisted; null when disabled). */
   readonly nextRunAt: Date | null;
-  /** The latest tick handled (fired or skipped). */
+  /**
+   * The latest tick handled (fired or skipped). While more ticks are due than a pass fires (1000), the
+   * latest tick decided: those from `nextRunAt` up to it fire in the next passes.
+   */
   readonly lastTick: Date | null;
   /** Ticks fired so far. */
   readonly fired: number;

@@ -5,7 +5,14 @@ import type { Tx } from '../../tx/types.js';
 import type { Job } from './job.js';
 import type { TaskMap } from './job-store.js';
 import type { PayloadOutput } from './payload-schema.js';
-import { capabilityName, durationSchema, pruneFieldsSchema, SOME_RETENTION } from './queue-options.js';
+import {
+  capabilityName,
+  durationSchema,
+  leaseSchema,
+  livenessSchema,
+  pruneFieldsSchema,
+  SOME_RETENTION,
+} from './queue-options.js';
 import type { ScheduleFiring } from './schedule-pass.js';
 
 /** What a handler gets besides its job. */
@@ -121,7 +128,9 @@ export const workOptionsSchema = z.strictObject({
    * a full claim (a backlog: few big claims), 0 after a short one (low load: claim only for the free
    * slots plus one job, so nothing is hoarded while another worker is idle; lowest latency). A number
    * fixes it.
-   * Buffered jobs are released at once on stop.
+   * Buffered jobs are released at once on stop. On a queue with a rate limit (a group's `rate`, or
+   * `taskRates`) there is no local queue: claims ask for the free slots only, so a claimed job starts at
+   * once and starts follow the rate.
    */
   prefetch: z.union([z.literal('auto'), z.number().int().min(0).max(10_000)]).default('auto'),
   /** Aborting it stops the worker gracefully (same as stop()). */
@@ -130,8 +139,8 @@ export const workOptionsSchema = z.strictObject({
   pollInterval: durationSchema.default(1000),
   /** LISTEN for enqueue notifications on a dedicated pooled connection (false behind PgBouncer transaction pooling). */
   listen: z.boolean().default(true),
-  /** Lease per claim (default: the queue's); the worker extends it while a handler runs. */
-  lease: durationSchema.optional(),
+  /** Lease per claim (default: the queue's; at least 5 s); the worker extends it while a handler runs. */
+  lease: leaseSchema.optional(),
   /** Abort a handler (signal) and fail its job after this long. */
   handlerTimeout: durationSchema.optional(),
   /** On stop, wait this long for running handlers, then abort them and release their jobs. */
@@ -176,8 +185,8 @@ export const workOptionsSchema = z.strictObject({
   schedules: z.boolean().default(true),
   /** How often the scheduler looks for due ticks (default 1 s). */
   scheduleInterval: durationSchema.pipe(z.number().min(10, 'at least 10 ms')).default(1000),
-  /** A schedule declaration not refreshed for this long is no longer live (default 1 minute). */
-  scheduleLiveness: durationSchema.pipe(z.number().min(30, 'at least 30 ms')).default(60_000),
+  /** A schedule declaration not refreshed for this long is no longer live (default 1 minute, at least 3 s). */
+  scheduleLiveness: livenessSchema.default(60_000),
   /** Hooks for errors and job events. */
   hooks: z
     .custom<WorkerHooks>((v) => typeof v === 'object' && v !== null, 'an object of hook functions')

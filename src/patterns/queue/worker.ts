@@ -65,10 +65,17 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
   /** Heartbeats, reaps and prunes the timers started and that have not ended: stop() waits for them. */
   readonly #background = new Set<Promise<void>>();
   #unobserve: () => void = () => {};
-  /** LISTEN connection failures since it last worked (a streak is logged once at error). */
-  #listenFailures = 0;
+  /**
+   * Failures in a row of each recurring phase (claim, heartbeat, reap, prune, LISTEN, scheduler) since it
+   * last worked: a streak is logged once at error, its repeats at debug, its end at info (see #failed).
+   */
+  readonly #streaks = new Map<WorkerPhase, number>();
+  /** The schedules stored by a newer version last reported (see #unreadableSchedules). */
+  #unreadableSeen = { list: '', times: 0 };
   /** Jobs held beyond the handler slots (the local queue's target); adapts when prefetch is 'auto'. */
   #prefetch: number;
+  /** No local queue at all (a queue with rate limits): prefetch stays 0 and a claim takes no probe job. */
+  readonly #noLocalQueue: boolean;
   /** Room reserved for the jobs completions in flight may take over (see #takeOverParams). */
   #reserved = 0;
   #stopping = false;
@@ -84,7 +91,11 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
     this.#store = store;
     this.#log = new LogSink(store.logger, 'pg-txkit queue worker');
     this.#leaseMs = this.#o.lease ?? store.leaseMs;
-    this.#prefetch = this.#o.prefetch === 'auto' ? 0 : this.#o.prefetch;
+    // A queue with rate limits holds no local queue: a rate counts claims, and jobs claimed ahead of
+    // free slots waited locally and then started in bursts (15 starts in one second against a limit of
+    // 10, 6 against 4). Each claim asks for the free slots only, so a claimed job starts at once.
+    this.#noLocalQueue = store.rated;
+    this.#prefetch = this.#o.prefetch === 'auto' || this.#noLocalQueue ? 0 : this.#o.prefetch;
     const byTask = handlers as Readonly<Record<string, JobHandler<unknown> | undefined>>;
     // A task whose `requires` this worker lacks is not claimed at all (the claim filters by task): a
     // process without the publishing credential once took the day's job and then could not publish.
@@ -147,16 +158,14 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
         intervalMs: this.#o.scheduleInterval,
         livenessMs: this.#o.scheduleLiveness,
         onPass: (r) => {
+          // A schedule the pass could not handle is a failure of this phase (one error line per streak,
+          // also when the same schedule fails on every pass); a pass that handled every one ends it.
+          if (r.failed.length === 0) this.#worked('schedule', 'scheduler passes work again');
+          for (const f of r.failed) this.#failed(f, 'schedule', f.message);
           for (const f of r.fired) this.#hook(() => this.#o.hooks?.onScheduleFired?.(f));
-          if (r.unreadable.length > 0) {
-            const names = r.unreadable.join(', ');
-            this.#error(
-              new Error(`schedules stored by a newer version, not fired here: ${names}`),
-              'schedule',
-            );
-          }
+          if (r.unreadable.length > 0) this.#unreadableSchedules(r.unreadable);
         },
-        onError: (e) => this.#error(e, 'schedule'),
+        onError: (e) => this.#failed(e, 'schedule'),
       });
     }
     if (this.#tasks.length === 0 && this.#scheduler === undefined) {
@@ -188,17 +197,8 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
                 1,
                 `LISTEN refused; the worker polls every ${this.#o.pollInterval} ms instead`,
               )
-            : this.#error(e, 'listen', ++this.#listenFailures),
-        onListening: () => {
-          if (this.#listenFailures > 0) {
-            this.#log.info(
-              'listen',
-              { phase: 'listen', failures: this.#listenFailures },
-              'LISTEN connection back',
-            );
-          }
-          this.#listenFailures = 0;
-        },
+            : this.#failed(e, 'listen'),
+        onListening: () => this.#worked('listen', 'LISTEN connection back'),
       });
       this.#listener.start();
     }
@@ -338,6 +338,42 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
     }
   }
 
+  /**
+   * Reports a failure of a recurring phase (a claim, a heartbeat, a reap, a prune, the LISTEN connection,
+   * a scheduler pass): the first of a streak at error, the repeats at debug with their `streak` number,
+   * so a database down for minutes writes one error line per phase, not one per attempt. The hooks'
+   * onError is called every time. Returns the streak's length.
+   */
+  #failed(error: unknown, phase: WorkerPhase, message?: string): number {
+    const streak = (this.#streaks.get(phase) ?? 0) + 1;
+    this.#streaks.set(phase, streak);
+    this.#error(error, phase, streak, message);
+    return streak;
+  }
+
+  /** A recurring phase worked: its failure streak, if any, ends with one info line (`back`: what works). */
+  #worked(phase: WorkerPhase, back: string): void {
+    const failures = this.#streaks.get(phase) ?? 0;
+    if (failures === 0) return;
+    this.#streaks.delete(phase);
+    this.#log.info(phase, { phase, failures }, `${back} after ${failures} failures`);
+  }
+
+  /**
+   * Schedules stored by a newer version: every declaring pass finds them again while that version runs,
+   * so the same list is logged at error once, then at debug (an error line a second was a flood); a
+   * different list is news. onError is called every time.
+   */
+  #unreadableSchedules(names: readonly string[]): void {
+    const list = names.join(', ');
+    const message = `schedules stored by a newer version, not fired here: ${list}`;
+    this.#unreadableSeen = {
+      list,
+      times: list === this.#unreadableSeen.list ? this.#unreadableSeen.times + 1 : 1,
+    };
+    this.#error(new Error(message), 'schedule', this.#unreadableSeen.times, message);
+  }
+
   /** Jobs held now: running plus buffered, plus the room reserved for completions' take-overs. */
   get #held(): number {
     return this.#runner.size + this.#buffer.length + this.#reserved;
@@ -353,7 +389,7 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
     const free = this.#o.concurrency + this.#prefetch - this.#held;
     const lowWater = Math.max(1, this.#prefetch >> 1);
     if (free < lowWater && !(free > 0 && this.#buffer.length === 0)) return 0;
-    const probe = this.#o.prefetch === 'auto' && this.#prefetch === 0 ? 1 : 0;
+    const probe = this.#o.prefetch === 'auto' && this.#prefetch === 0 && !this.#noLocalQueue ? 1 : 0;
     return Math.min(this.#o.batch, free + probe);
   }
 
@@ -377,7 +413,7 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
    * `batch`) after a full one: the workers settle on local queues the groups can hold.
    */
   #adapt(asked: number, got: number): void {
-    if (this.#o.prefetch !== 'auto') return;
+    if (this.#o.prefetch !== 'auto' || this.#noLocalQueue) return;
     if (!this.#store.limited) {
       this.#prefetch = got >= asked ? this.#o.batch : 0;
       return;
@@ -392,7 +428,6 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
   }
 
   async #claimLoop(): Promise<void> {
-    let failures = 0;
     while (!this.#stopping) {
       const want = this.#want();
       if (want <= 0) {
@@ -408,17 +443,9 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
         if (r.isErr()) throw r.error;
         claimed = r.value.jobs;
         rateWaitMs = r.value.waitMs;
-        if (failures > 0) {
-          this.#log.info(
-            'claim',
-            { phase: 'claim', failures },
-            `claims work again after ${failures} failures`,
-          );
-        }
-        failures = 0;
+        this.#worked('claim', 'claims work again');
       } catch (e) {
-        this.#error(e, 'claim', failures + 1);
-        failures++;
+        const failures = this.#failed(e, 'claim');
         // Back off on a failing database (bounded), but wake on stop.
         await this.#wake.wait(Math.min(this.#o.pollInterval, 100 * 2 ** Math.min(failures, 5)));
         continue;
@@ -507,9 +534,13 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
 
   async #heartbeat(): Promise<void> {
     try {
-      this.#counters.lost += await this.#runner.heartbeat(this.#buffer);
+      const r = await this.#runner.heartbeat(this.#buffer);
+      if (r.isErr()) return void this.#failed(r.error, 'heartbeat');
+      if (r.value === undefined) return; // no lease was due: nothing sent, nothing learnt
+      this.#counters.lost += r.value;
+      this.#worked('heartbeat', 'heartbeats work again');
     } catch (e) {
-      this.#error(e, 'heartbeat');
+      this.#failed(e, 'heartbeat');
     }
   }
 
@@ -528,9 +559,10 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
     try {
       const { every: _every, ...options } = retention;
       const r = await this.#store.prune(options);
-      if (r.isErr()) this.#error(r.error, 'prune');
+      if (r.isErr()) this.#failed(r.error, 'prune');
+      else this.#worked('prune', 'prune works again');
     } catch (e) {
-      this.#error(e, 'prune');
+      this.#failed(e, 'prune');
     }
   }
 
@@ -538,10 +570,11 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
     if (this.#stopping) return;
     try {
       const r = await this.#store.reap();
-      if (r.isErr()) return this.#error(r.error, 'reap');
+      if (r.isErr()) return void this.#failed(r.error, 'reap');
+      this.#worked('reap', 'reap works again');
       if (r.value.requeued > 0) this.#wake.wake();
     } catch (e) {
-      this.#error(e, 'reap');
+      this.#failed(e, 'reap');
     }
   }
 }

@@ -139,12 +139,27 @@ export const limitedLeaseSteps = (lease: string, by: ClaimTarget = 'id') =>
   ),
 `;
 
+/** Which clock the rate windows of the limited claim are stamped and checked with. */
+export type RateClock =
+  /** now(): the claim transaction's start (migrations 3 to 9). */
+  | 'statement'
+  /**
+   * clock_timestamp() taken once after the group and task rows are locked (migration 11): a claim
+   * stamped with its statement's start, which can be many milliseconds before it locks the rows (a
+   * worker's first claim after a restart plans its statements: ~17 ms), let two processes claim more
+   * than the limit within one real-time window.
+   */
+  | 'locked';
+
 /**
- * The rest of a pass of the limited claim with rate limits (migrations 3, 7 and 8): the groups' and
- * rated tasks' room under their locks, the jobs (leased with `lease`, the SET clause of the UPDATE), the
- * counters and rate logs, and the wait row.
+ * The rest of a pass of the limited claim with rate limits (migrations 3, 7, 8, 9 and 11): the groups'
+ * and rated tasks' room under their locks, the jobs (leased with `lease`, the SET clause of the UPDATE),
+ * the counters and rate logs, and the wait row. `clock`: see {@link RateClock}; with 'locked' the task
+ * rows are locked before the groups' room is read, and the clock is taken after both.
  */
-export const limitedFullPass = (lease: string, by: ClaimTarget = 'id') => `  cgroups AS MATERIALIZED (
+export const limitedFullPass = (lease: string, by: ClaimTarget = 'id', clock: RateClock = 'statement') => {
+  const at = clock === 'statement' ? 'now()' : '(SELECT locked_at FROM clk)';
+  const head = `  cgroups AS MATERIALIZED (
     -- The groups of the candidates, each with its first position in claim order. All of them, not the
     -- first n: a claim running at the same time has the same head window and locks its first groups;
     -- this one skips those and takes the next ones (see locked_groups).
@@ -176,16 +191,18 @@ export const limitedFullPass = (lease: string, by: ClaimTarget = 'id') => `  cgr
      LIMIT want
        FOR UPDATE OF g SKIP LOCKED
   ),
-  groom AS MATERIALIZED (
+`;
+  const groom = `  groom AS MATERIALIZED (
     -- Room in each locked group: its free slots, and its free places in the rate window.
     SELECT lg.key, lg.rl, lg.per, v.valid,
            least(lg.conc - lg.running,
                  CASE WHEN lg.rl IS NULL THEN 2147483647 ELSE lg.rl - cardinality(v.valid) END) AS cap
       FROM locked_groups lg,
            LATERAL (SELECT CASE WHEN lg.rl IS NULL THEN '{}'::timestamptz[] ELSE
-                      ARRAY(SELECT t FROM unnest(lg.rate_times) AS t WHERE t > now() - lg.per ORDER BY t) END AS valid) v
+                      ARRAY(SELECT t FROM unnest(lg.rate_times) AS t WHERE t > ${at} - lg.per ORDER BY t) END AS valid) v
   ),
-  locked_tasks AS MATERIALIZED (
+`;
+  const lockedTasks = `  locked_tasks AS MATERIALIZED (
     -- Lock: FOR UPDATE SKIP LOCKED on the rate rows of the rated tasks among the candidates (newest
     -- version, held until this statement ends), for the same reasons as the groups.
     SELECT r.task, r.rate_times, (limits->'tasks'->r.task->>'limit')::int AS rl,
@@ -194,12 +211,18 @@ export const limitedFullPass = (lease: string, by: ClaimTarget = 'id') => `  cgr
      WHERE r.task = ANY(rated) AND r.task IN (SELECT c.task FROM cand c)
        FOR UPDATE SKIP LOCKED
   ),
-  troom AS MATERIALIZED (
+`;
+  const troom = `  troom AS MATERIALIZED (
     SELECT lt.task, lt.rl, lt.per, v.valid, lt.rl - cardinality(v.valid) AS cap
       FROM locked_tasks lt,
-           LATERAL (SELECT ARRAY(SELECT t FROM unnest(lt.rate_times) AS t WHERE t > now() - lt.per ORDER BY t) AS valid) v
+           LATERAL (SELECT ARRAY(SELECT t FROM unnest(lt.rate_times) AS t WHERE t > ${at} - lt.per ORDER BY t) AS valid) v
   ),
-  by_group AS MATERIALIZED (
+`;
+  const rooms =
+    clock === 'statement'
+      ? `${groom}${lockedTasks}${troom}`
+      : `${lockedTasks}${LOCKED_CLOCK}${groom}${troom}`;
+  return `${head}${rooms}  by_group AS MATERIALIZED (
     -- Candidates within their group's room (ungrouped ones always), in claim order.
     SELECT c.* FROM (
       SELECT c.*, row_number() OVER (PARTITION BY c.group_key ORDER BY c.pos) AS gi FROM cand c
@@ -220,27 +243,27 @@ ${limitedLeaseSteps(lease, by)}  gu AS (
     -- keeps the claim times still in the window plus one per job (never more than the limit's length).
     UPDATE {{schema}}.job_groups g
        SET running = g.running + d.k,
-           rate_times = CASE WHEN r.rl IS NULL THEN g.rate_times ELSE r.valid || array_fill(now(), ARRAY[d.k]) END
+           rate_times = CASE WHEN r.rl IS NULL THEN g.rate_times ELSE r.valid || array_fill(${at}, ARRAY[d.k]) END
       FROM (SELECT group_key, count(*)::int AS k FROM up WHERE group_key IS NOT NULL GROUP BY group_key) d
       JOIN groom r ON r.key = d.group_key
      WHERE g.key = d.group_key
-    RETURNING g.key, r.rl, r.per, r.cap - d.k AS left_after, (r.valid || array_fill(now(), ARRAY[d.k]))[1] AS oldest
+    RETURNING g.key, r.rl, r.per, r.cap - d.k AS left_after, (r.valid || array_fill(${at}, ARRAY[d.k]))[1] AS oldest
   ),
   tu AS (
     -- Lock: the task rate rows locked above (no wait).
     UPDATE {{schema}}.task_rates tr
-       SET rate_times = r.valid || array_fill(now(), ARRAY[d.k])
+       SET rate_times = r.valid || array_fill(${at}, ARRAY[d.k])
       FROM (SELECT task, count(*)::int AS k FROM up WHERE task = ANY(rated) GROUP BY task) d
       JOIN troom r ON r.task = d.task
      WHERE tr.task = d.task
-    RETURNING tr.task, r.per, r.cap - d.k AS left_after, (r.valid || array_fill(now(), ARRAY[d.k]))[1] AS oldest
+    RETURNING tr.task, r.per, r.cap - d.k AS left_after, (r.valid || array_fill(${at}, ARRAY[d.k]))[1] AS oldest
   ),
   waits AS (
     -- No lock. When each rate window that stops a candidate frees its next place: the full ones
     -- skipped above (snapshot read: only a hint for the worker's sleep), the ones this claim filled, and
     -- task windows that were full when locked.
     SELECT g.rate_times[1] + c.per AS at FROM {{schema}}.job_groups g JOIN gcfg c ON c.key = g.key
-     WHERE g.key = ANY(ARRAY(SELECT key FROM gcfg WHERE rl IS NOT NULL)) AND c.rl IS NOT NULL AND cardinality(g.rate_times) >= c.rl AND g.rate_times[1] > now() - c.per
+     WHERE g.key = ANY(ARRAY(SELECT key FROM gcfg WHERE rl IS NOT NULL)) AND c.rl IS NOT NULL AND cardinality(g.rate_times) >= c.rl AND g.rate_times[1] > ${at} - c.per
     UNION ALL SELECT oldest + per FROM gu WHERE rl IS NOT NULL AND left_after <= 0
     UNION ALL SELECT oldest + per FROM tu WHERE left_after <= 0
     UNION ALL SELECT valid[1] + per FROM troom WHERE cap <= 0
@@ -253,8 +276,22 @@ ${limitedLeaseSteps(lease, by)}  gu AS (
   )
   ${by === 'id' ? 'SELECT u::{{schema}}.jobs, NULL::double precision FROM up u' : `(SELECT u::{{schema}}.jobs, NULL::double precision FROM up u${inClaimOrder(by, 'u.')})`}
   UNION ALL
-  SELECT NULL::{{schema}}.jobs, greatest(0, extract(epoch FROM min(w.at) - now()) * 1000)::double precision
+  SELECT NULL::{{schema}}.jobs, greatest(0, extract(epoch FROM min(w.at) - ${at}) * 1000)::double precision
     FROM waits w HAVING min(w.at) IS NOT NULL;
+`;
+};
+
+/**
+ * The clock of a claim with rate limits (`RateClock` 'locked'): taken once, after every group and task
+ * row the claim locks is locked (it reads both lock steps to the end first), so the window a claim
+ * checks and the time it stamps are the moment it holds the rows, on the server's clock.
+ */
+const LOCKED_CLOCK = `  clk AS MATERIALIZED (
+    -- No lock. clock_timestamp() once, after the lock steps above have locked all their rows (it
+    -- counts them first): every rate window below is checked and stamped with this one time.
+    SELECT clock_timestamp() AS locked_at
+      FROM (SELECT count(*) FROM locked_groups) g, (SELECT count(*) FROM locked_tasks) r
+  ),
 `;
 
 /**

@@ -7,15 +7,21 @@ import {
   limitedLeaseSteps,
   limitedPrologue,
   limitedVariables,
+  type RateClock,
 } from './group-limits-migration.js';
 
 /**
  * The two claim functions of migration 7 (and, with a token per claim, of migration 8): `claim_jobs`
- * and `claim_jobs_limited`, CREATE OR REPLACE, with `lease` the SET clause of their UPDATE and `by` how
- * it finds the locked rows (by address from migration 9 on). Inside a migration's SQL ('{{schema}}' is
- * replaced before it runs).
+ * and `claim_jobs_limited`, CREATE OR REPLACE, with `lease` the SET clause of their UPDATE, `by` how
+ * it finds the locked rows (by address from migration 9 on) and `clock` the clock of the rate windows
+ * (taken after the locks from migration 11 on). Inside a migration's SQL ('{{schema}}' is replaced
+ * before it runs).
  */
-export function leanClaimFunctions(lease: string, by: ClaimTarget = 'id'): string {
+export function leanClaimFunctions(
+  lease: string,
+  by: ClaimTarget = 'id',
+  clock: RateClock = 'statement',
+): string {
   return `${claimJobsOpening(lease, by)}  claimed AS MATERIALIZED (
     SELECT group_key AS key, count(*)::int AS k FROM up WHERE group_key IS NOT NULL GROUP BY group_key
   ),
@@ -95,7 +101,7 @@ ${limitedLeaseSteps(lease, by)}  gu AS (
   ELSE
   -- The full path: rate windows of groups and tasks, and the wait row.
   RETURN QUERY
-${limitedCandidates}${limitedFullPass(lease, by)}  END IF;
+${limitedCandidates}${limitedFullPass(lease, by, clock)}  END IF;
   GET DIAGNOSTICS k = ROW_COUNT;
   -- k counts the full path's wait row too (at most one per pass): pass 1 may ask for one job fewer.
   got := got + k;
