@@ -24,6 +24,33 @@ export { FaultProxy, type FaultProxyOptions } from './fault-proxy.js';
 export { type FormatOutcomesOptions, formatOutcomes } from './format-outcomes.js';
 export { type FormatResultSetInput, formatResultSet } from './format-result-set.js';
 export { type Gate, gate } from './gate.js';
+export type { Anomaly, AnomalyType, DependencyStep } from './history/anomaly.js';
+export { type CheckHistoryOptions, checkHistory, type HistoryCheck } from './history/check-history.js';
+export {
+  CONSISTENCY_MODELS,
+  type ConsistencyModel,
+  FORBIDDEN_ANOMALIES,
+} from './history/consistency-models.js';
+export type { DependencyKind } from './history/dependency-graph.js';
+export type {
+  AppendOp,
+  History,
+  HistoryKey,
+  HistoryTransaction,
+  HistoryValue,
+  ListAppendHistory,
+  ListAppendOp,
+  ListReadOp,
+  RegisterHistory,
+  RegisterOp,
+  RegisterReadOp,
+  TxOutcome,
+  WriteOp,
+} from './history/history.js';
+export { HistoryError, type HistoryErrorReason } from './history/history-error.js';
+export type { RecordedTransaction } from './history/history-recorder.js';
+export { ListAppendRecorder, type ListAppendTransaction } from './history/list-append-recorder.js';
+export { RegisterRecorder, type RegisterTransaction } from './history/register-recorder.js';
 export {
   type IsolationSpec,
   parseIsolationSpec,

@@ -1,0 +1,86 @@
+import { type DependencyGraph, REALTIME, RW, WR, WW } from './dependency-graph.js';
+
+/** A cycle found, as edge ids in order, with the Adya type its edges give it. */
+export interface FoundCycle {
+  readonly type: 'G0' | 'G1c' | 'G-single' | 'G2-item';
+  readonly edges: readonly number[];
+}
+
+/**
+ * Finds, in each strongly connected component of the dependency graph, one cycle of each type it
+ * holds, strongest evidence first (as Elle does):
+ * - G0: a component of the ww edges alone;
+ * - G1c: a component of ww + wr holding a wr edge (a shortest way back closes the cycle);
+ * - G-single: an rw edge `a → b` with a way back from `b` to `a` over ww + wr only;
+ * - G2-item: otherwise, any rw edge of the component and the shortest way back over every kind.
+ * With `extra` (the real-time bit), those edges join every search. `budget.left` bounds the nodes the
+ * G-single searches may visit (a component of thousands of transactions would otherwise cost one
+ * search per rw edge); when it runs out the component is reported by its G2-item cycle, which may
+ * hold a single rw edge (then typed G-single after all).
+ */
+export function findCycles(graph: DependencyGraph, extra: number, budget: { left: number }): FoundCycle[] {
+  const found: FoundCycle[] = [];
+  const n = graph.size;
+  const all = WW | WR | RW | extra;
+  const inside = new Int32Array(n).fill(-1);
+  const sub = new Int32Array(n).fill(-1);
+  const components = graph.components(all);
+  components.forEach((component, c) => {
+    for (const v of component) inside[v] = c;
+  });
+  const countRw = (edges: readonly number[]) => edges.filter((e) => graph.edge(e).kind === RW).length;
+
+  components.forEach((component, c) => {
+    // cycles among ww (G0), then ww + wr (G1c)
+    for (const [mask, type, needs] of [
+      [WW | extra, 'G0', WW],
+      [WW | WR | extra, 'G1c', WR],
+    ] as const) {
+      const parts = graph.components(mask, inside, c);
+      parts.forEach((part, p) => {
+        for (const v of part) sub[v] = p;
+        let closed: number[] | undefined;
+        for (const v of part) {
+          graph.forEachOut(v, needs, (id, w) => {
+            if (sub[w] !== p) return false;
+            const back = graph.path(w, v, mask, sub, p, { left: Number.POSITIVE_INFINITY });
+            if (back) closed = [id, ...back];
+            return closed !== undefined;
+          });
+          if (closed) break;
+        }
+        for (const v of part) sub[v] = -1;
+        if (closed) found.push({ type, edges: closed });
+      });
+    }
+    // one rw edge closed by ww + wr (G-single), else any cycle through an rw edge (G2-item)
+    let single: number[] | undefined;
+    let anyRw: { id: number; from: number; to: number } | undefined;
+    for (const v of component) {
+      graph.forEachOut(v, RW, (id, w) => {
+        if (inside[w] !== c) return false;
+        anyRw ??= { id, from: v, to: w };
+        if (budget.left <= 0) return true;
+        const back = graph.path(w, v, WW | WR | extra, inside, c, budget);
+        if (back) single = [id, ...back];
+        return single !== undefined;
+      });
+      if (single || (anyRw && budget.left <= 0)) break;
+    }
+    if (single) {
+      found.push({ type: 'G-single', edges: single });
+      return;
+    }
+    if (!anyRw) return;
+    const back = graph.path(anyRw.to, anyRw.from, all, inside, c, { left: Number.POSITIVE_INFINITY });
+    if (!back) return;
+    const edges = [anyRw.id, ...back];
+    found.push({ type: countRw(edges) === 1 ? 'G-single' : 'G2-item', edges });
+  });
+  return found;
+}
+
+/** Whether a cycle leans on real-time order. */
+export function usesRealtime(graph: DependencyGraph, edges: readonly number[]): boolean {
+  return edges.some((e) => graph.edge(e).kind === REALTIME);
+}
