@@ -52,7 +52,9 @@ export type { RecordedTransaction } from './history/history-recorder.js';
 export { ListAppendRecorder, type ListAppendTransaction } from './history/list-append-recorder.js';
 export { RegisterRecorder, type RegisterTransaction } from './history/register-recorder.js';
 export {
+  eachSpecPermutation,
   type IsolationSpec,
+  MAX_SPEC_PERMUTATIONS,
   parseIsolationSpec,
   type SpecBlocker,
   type SpecPermutation,
@@ -60,7 +62,10 @@ export {
   type SpecSession,
   type SpecStep,
   SpecSyntaxError,
+  SpecTooManyPermutations,
+  specPermutationCount,
   specPermutations,
+  unusedSteps,
 } from './isolation-spec.js';
 export {
   PgBouncerNotInstalled,
@@ -83,6 +88,7 @@ export {
   type ScheduleStepSpec,
   type StatementResult,
   type StepBlocker,
+  type StepNotification,
   type StepOutcome,
 } from './schedule.js';
 export {

@@ -74,8 +74,19 @@ export interface StepOutcome {
   readonly message?: string;
   /** Severity of a server error (`ERROR`, `FATAL`). */
   readonly severity?: string;
-  /** Notices the session received while the step ran (`NOTICE:  text`, as psql shows them). */
+  /**
+   * Notices the session received while the step ran, or while it was idle before the step
+   * (`NOTICE:  text`, then `DETAIL:  …` and `HINT:  …` lines when the server sent them, as libpq
+   * formats them).
+   */
   readonly notices: readonly string[];
+  /**
+   * For a blocked step: how many of `notices` had arrived when it was reported waiting (the
+   * isolation tester prints those before the `<waiting ...>` line, the others at its completion).
+   */
+  readonly noticesBeforeWaiting?: number;
+  /** NOTIFY messages the session received up to the step's completion (it must have run LISTEN). */
+  readonly notifications: readonly StepNotification[];
   /** For a blocked step: index of the step after which it finished. */
   readonly completedAfter?: number;
   /** Rank of this step's completion among all the steps of the run (0-based). */
@@ -85,6 +96,13 @@ export interface StepOutcome {
    * index of the step after which it was really sent.
    */
   readonly sentAfter?: number;
+}
+
+/** A NOTIFY message a session received: its channel, payload and the sending backend's pid. */
+export interface StepNotification {
+  readonly channel: string;
+  readonly payload: string;
+  readonly processId: number;
 }
 
 /** Why a {@link Schedule} could not go on. */
@@ -159,6 +177,11 @@ const scheduleOptionsSchema = z
     values: z.enum(['parsed', 'text']).default('parsed'),
     /** Interval of the monitor's checks while a step runs. Default 5 ms. */
     pollMs: z.number().int().min(1).max(1000).default(5),
+    /**
+     * Startup options of every connection (libpq's `options`, e.g. `-c datestyle=Postgres,\\ MDY`):
+     * settings a `RESET` returns to. Default none.
+     */
+    connectionOptions: z.string().max(1000).optional(),
     /** `application_name` prefix of the connections (`<prefix>:<session>`). Default `pg-txkit-schedule`. */
     applicationName: z.string().min(1).max(40).default('pg-txkit-schedule'),
   })
@@ -198,6 +221,8 @@ interface Running {
   result: StepResult | undefined;
   /** Reported waiting (seen blocked, or held by a blocker annotation). */
   blocked: boolean;
+  /** Notices received when it was first reported waiting. */
+  noticesBeforeWaiting: number | undefined;
   readonly notices: string[];
   /** Per `{ step, notices }` blocker: the notice count its session must reach. */
   readonly noticeTargets: ReadonlyMap<Session, number>;
@@ -211,6 +236,29 @@ interface Session {
   running: Running | undefined;
   /** Notices received since the session was opened. */
   notices: number;
+  /** Notices received while no step ran: they belong to the next step. */
+  idleNotices: string[];
+  /** NOTIFY messages received and not yet reported with a step's completion. */
+  notifications: StepNotification[];
+}
+
+/** Reports a step waiting; the first time, remembers how many notices came before. */
+function markWaiting(r: Running): void {
+  if (!r.blocked) r.noticesBeforeWaiting = r.notices.length;
+  r.blocked = true;
+}
+
+/** A notice as libpq's default verbosity prints it: severity and message, then DETAIL and HINT lines. */
+function noticeText(notice: {
+  readonly severity?: string | undefined;
+  readonly message?: string | undefined;
+  readonly detail?: string | undefined;
+  readonly hint?: string | undefined;
+}): string {
+  let text = `${notice.severity ?? 'NOTICE'}:  ${notice.message ?? ''}`;
+  if (notice.detail) text += `\nDETAIL:  ${notice.detail}`;
+  if (notice.hint) text += `\nHINT:  ${notice.hint}`;
+  return text;
 }
 
 /**
@@ -376,6 +424,7 @@ export class Schedule<S extends string = string> {
       const client = new pg.Client({
         connectionString: url,
         application_name: `${opts.applicationName}:${name}`,
+        ...(opts.connectionOptions === undefined ? {} : { options: opts.connectionOptions }),
         ...(opts.values === 'text' && name !== 'monitor' ? { types: textTypes } : {}),
       });
       client.on('error', () => {}); // a broken session shows up as the error of its step
@@ -392,10 +441,25 @@ export class Schedule<S extends string = string> {
           const { rows } = await client.query<{ pid: number | string }>('SELECT pg_backend_pid() AS pid');
           const pid = Number(rows[0]?.pid);
           if (!Number.isInteger(pid)) throw new Error('pg_backend_pid() returned no row');
-          const session: Session = { name, client, pid, running: undefined, notices: 0 };
+          const session: Session = {
+            name,
+            client,
+            pid,
+            running: undefined,
+            notices: 0,
+            idleNotices: [],
+            notifications: [],
+          };
           client.on('notice', (notice) => {
             session.notices++;
-            session.running?.notices.push(`${notice.severity ?? 'NOTICE'}:  ${notice.message ?? ''}`);
+            (session.running?.notices ?? session.idleNotices).push(noticeText(notice));
+          });
+          client.on('notification', (n) => {
+            session.notifications.push({
+              channel: n.channel,
+              payload: n.payload ?? '',
+              processId: n.processId,
+            });
           });
           sessions.set(name, session);
         }),
@@ -530,9 +594,10 @@ export class Schedule<S extends string = string> {
         ...(r.step.name === undefined ? {} : { name: r.step.name }),
         blocked: r.blocked,
         notices: r.notices,
+        notifications: r.session.notifications.splice(0),
         completionOrder: completions++,
         ...(sent === undefined ? {} : { sentAfter: sent }),
-        ...(r.blocked ? { completedAfter } : {}),
+        ...(r.blocked ? { completedAfter, noticesBeforeWaiting: r.noticesBeforeWaiting ?? 0 } : {}),
       };
       outcomes[r.step.index] =
         result.status === 'ok'
@@ -681,7 +746,8 @@ export class Schedule<S extends string = string> {
       session,
       result: undefined,
       blocked: false,
-      notices: [],
+      noticesBeforeWaiting: undefined,
+      notices: session.idleNotices.splice(0),
       noticeTargets,
       done: client
         .query({
@@ -756,7 +822,7 @@ export class Schedule<S extends string = string> {
   ): Promise<boolean> {
     const { stepTimeoutMs, blockTimeoutMs, pollMs } = this.#options;
     if (!flags.retry && r.step.blockers.includes('*')) {
-      r.blocked = true;
+      markWaiting(r);
       return true;
     }
     const started = performance.now();
@@ -767,7 +833,7 @@ export class Schedule<S extends string = string> {
         const blocked = await this.#blockedPids([r.session.pid]);
         if (r.result) break;
         if (blocked.has(r.session.pid)) {
-          r.blocked = true;
+          markWaiting(r);
           return true;
         }
       }
@@ -787,7 +853,7 @@ export class Schedule<S extends string = string> {
       await waitAny([r.done], flags.nonblock ? pollMs : left);
     }
     if (this.#held(r)) {
-      r.blocked = true;
+      markWaiting(r);
       return true;
     }
     record(r, after);
