@@ -84,6 +84,16 @@ describe('checkHistory: list-append', () => {
     expect(result.satisfies).toEqual(['read-committed', 'snapshot-isolation']);
   });
 
+  it('G-nonadjacent: two anti-dependencies that never follow each other, forbidden by snapshot isolation', () => {
+    const h = listAppend('ax1', 'rx1ry', 'ay1', 'ry1rx');
+    expect(checkHistory(h, { model: 'read-committed' }).valid).toBe(true);
+    const result = checkHistory(h, { model: 'snapshot-isolation' });
+    expect(result.anomalyTypes).toEqual(['G-nonadjacent']);
+    const kinds = result.anomalies[0]?.cycle?.map((s) => s.kind) ?? [];
+    expect(kinds.filter((k) => k === 'rw')).toHaveLength(2);
+    expect(kinds.some((k, i) => k === 'rw' && kinds[(i + 1) % kinds.length] === 'rw')).toBe(false);
+  });
+
   it('lost update: two transactions read the same list and both appended', () => {
     const result = checkHistory(listAppend('rxax1', 'rxax2', 'rx12'), { model: 'snapshot-isolation' });
     expect(only(result.anomalies, 'lost-update')[0]).toMatchObject({ key: 'x', transactions: [0, 1] });

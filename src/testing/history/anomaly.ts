@@ -8,7 +8,9 @@ import type { HistoryKey, HistoryValue } from './history.js';
  * - `G1b` intermediate read: it read a version its writer overwrote before committing;
  * - `G1c` circular information flow: a cycle of ww and wr dependencies (at least one wr);
  * - `G-single` read skew: a cycle with exactly one anti-dependency (rw);
- * - `G2-item` write skew and kin: a cycle with two or more anti-dependencies;
+ * - `G-nonadjacent`: a cycle with two or more anti-dependencies, no two of them adjacent (forbidden
+ *   by snapshot isolation, which allows only cycles where two anti-dependencies follow each other);
+ * - `G2-item` write skew and kin: a cycle with two or more anti-dependencies (some adjacent);
  * - `lost-update`: two committed transactions read the same version of a key and both wrote it;
  * - `internal`: a transaction's own reads disagree with its own writes or with its earlier read;
  * - `garbage-read`: a read returned a value nobody wrote;
@@ -24,6 +26,7 @@ export type AnomalyType =
   | 'G1b'
   | 'G1c'
   | 'G-single'
+  | 'G-nonadjacent'
   | 'G2-item'
   | 'lost-update'
   | 'internal'
@@ -33,6 +36,7 @@ export type AnomalyType =
   | 'G0-realtime'
   | 'G1c-realtime'
   | 'G-single-realtime'
+  | 'G-nonadjacent-realtime'
   | 'G2-item-realtime';
 
 /** One dependency of a cycle: `from` must precede `to` in any serial order, because of `kind`. */

@@ -52,6 +52,7 @@ const REALTIME_TYPE = {
   G0: 'G0-realtime',
   G1c: 'G1c-realtime',
   'G-single': 'G-single-realtime',
+  'G-nonadjacent': 'G-nonadjacent-realtime',
   'G2-item': 'G2-item-realtime',
 } as const satisfies Record<FoundCycle['type'], AnomalyType>;
 
@@ -61,6 +62,7 @@ const TYPE_ORDER: readonly AnomalyType[] = [
   'G1b',
   'G1c',
   'G-single',
+  'G-nonadjacent',
   'G2-item',
   'lost-update',
   'internal',
@@ -70,6 +72,7 @@ const TYPE_ORDER: readonly AnomalyType[] = [
   'G0-realtime',
   'G1c-realtime',
   'G-single-realtime',
+  'G-nonadjacent-realtime',
   'G2-item-realtime',
 ];
 
