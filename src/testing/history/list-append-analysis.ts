@@ -2,6 +2,7 @@ import type { Anomaly } from './anomaly.js';
 import { type DependencyGraph, RW, WR, WW } from './dependency-graph.js';
 import { show, tx } from './explain.js';
 import type { HistoryKey, HistoryValue, ListAppendHistory, TxOutcome } from './history.js';
+import { readAnomaly } from './read-anomaly.js';
 import type { WriterIndex, WriteSite } from './validate-history.js';
 
 /** A committed transaction's read of a key before it appended to it: what it saw of the world. */
@@ -167,31 +168,15 @@ function checkElements(
       continue;
     }
     seen.add(v);
-    const site = byValue?.get(v);
-    if (!site) {
-      anomalies.push({
-        type: 'garbage-read',
-        key,
-        transactions: [reader],
-        explanation: `${tx(reader)} read ${show(key)} = ${show(values)}, but no transaction appended ${show(v)} to ${show(key)}.`,
-      });
-      continue;
-    }
-    if (site.txn === reader) continue;
-    if (outcomeOf(site.txn) === 'abort') {
-      anomalies.push({
-        type: 'G1a',
-        key,
-        transactions: [site.txn, reader],
-        explanation: `${tx(reader)} read ${show(key)} = ${show(values)}, including ${show(v)}, which ${tx(site.txn)} appended and then aborted.`,
-      });
-    } else if (i === values.length - 1 && !site.final) {
-      anomalies.push({
-        type: 'G1b',
-        key,
-        transactions: [site.txn, reader],
-        explanation: `${tx(reader)} read ${show(key)} = ${show(values)}, ending at ${show(v)}, an intermediate state: ${tx(site.txn)} appended more to ${show(key)} after it.`,
-      });
-    }
+    const found = readAnomaly({
+      reader,
+      key,
+      read: values,
+      value: v,
+      site: byValue?.get(v),
+      last: i === values.length - 1,
+      outcomeOf,
+    });
+    if (found) anomalies.push(found);
   }
 }

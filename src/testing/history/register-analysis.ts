@@ -1,7 +1,8 @@
 import type { Anomaly } from './anomaly.js';
 import { type DependencyGraph, RW, WR, WW } from './dependency-graph.js';
 import { show, tx } from './explain.js';
-import type { HistoryKey, HistoryValue, RegisterHistory } from './history.js';
+import type { HistoryKey, HistoryValue, RegisterHistory, TxOutcome } from './history.js';
+import { readAnomaly } from './read-anomaly.js';
 import type { WriterIndex, WriteSite } from './validate-history.js';
 
 /** The initial state of a register in the version graph. */
@@ -123,34 +124,11 @@ function checkRead(
   key: HistoryKey,
   value: HistoryValue | null,
   writers: WriterIndex,
-  outcomeOf: (t: number) => string,
+  outcomeOf: (t: number) => TxOutcome,
   anomalies: Anomaly[],
 ): void {
   if (value === null) return;
   const site = writers.get(key)?.get(value);
-  if (!site) {
-    anomalies.push({
-      type: 'garbage-read',
-      key,
-      transactions: [reader],
-      explanation: `${tx(reader)} read ${show(key)} = ${show(value)}, but no transaction wrote ${show(value)} to ${show(key)}.`,
-    });
-    return;
-  }
-  if (site.txn === reader) return;
-  if (outcomeOf(site.txn) === 'abort') {
-    anomalies.push({
-      type: 'G1a',
-      key,
-      transactions: [site.txn, reader],
-      explanation: `${tx(reader)} read ${show(key)} = ${show(value)}, which ${tx(site.txn)} wrote and then aborted.`,
-    });
-  } else if (!site.final) {
-    anomalies.push({
-      type: 'G1b',
-      key,
-      transactions: [site.txn, reader],
-      explanation: `${tx(reader)} read ${show(key)} = ${show(value)}, an intermediate state: ${tx(site.txn)} wrote ${show(key)} again before it ended.`,
-    });
-  }
+  const found = readAnomaly({ reader, key, read: value, value, site, last: true, outcomeOf });
+  if (found) anomalies.push(found);
 }
