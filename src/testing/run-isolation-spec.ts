@@ -162,8 +162,7 @@ function printSteps(
   senders: ReadonlyMap<number, string>,
 ): string {
   let out = '';
-
-  const after = (o: StepOutcome): string =>
+  const resultsOf = (o: StepOutcome): string =>
     `${printOutcome(o)}${printNotifications(o, sessionNames, senders)}`;
   const completed = (after: number): StepOutcome[] =>
     outcomes
@@ -172,9 +171,9 @@ function printSteps(
   outcomes.forEach((o, i) => {
     const name = o.name ?? String(i);
     if (o.blocked) out += `${printNotices(o, sessionNames, 'before')}step ${name}: ${o.sql} <waiting ...>\n`;
-    else out += `${printNotices(o, sessionNames)}step ${name}: ${o.sql}\n${after(o)}`;
+    else out += `${printNotices(o, sessionNames)}step ${name}: ${o.sql}\n${resultsOf(o)}`;
     for (const c of completed(i))
-      out += `${printNotices(c, sessionNames, 'after')}step ${c.name ?? ''}: <... completed>\n${after(c)}`;
+      out += `${printNotices(c, sessionNames, 'after')}step ${c.name ?? ''}: <... completed>\n${resultsOf(c)}`;
   });
   return out;
 }

@@ -111,7 +111,7 @@ const scheduleOptionsSchema = z
     /** Interval of the monitor's checks while a step runs. Default 5 ms. */
     pollMs: z.number().int().min(1).max(1000).default(5),
     /**
-     * Startup options of every connection (libpq's `options`, e.g. `-c datestyle=Postgres,\\ MDY`):
+     * Startup options of every connection (libpq's `options`, e.g. `-c intervalstyle=postgres_verbose`):
      * settings a `RESET` returns to. Default none.
      */
     connectionOptions: z.string().max(1000).optional(),
