@@ -192,7 +192,6 @@ const ELLE_CASES: readonly Case[] = [
     history: listAppend('rx1ax1'),
     model: 'read-committed',
     elle: { valid: false, types: ['future-read'] },
-    ours: { valid: true, types: [], why: 'a read of its own later append is not checked' },
   },
   {
     test: 'rw-register checker-test G0 (no reads)',
@@ -260,6 +259,6 @@ describe("Elle's test histories", () => {
 
   it('the table: agree / disagree', () => {
     const agree = ELLE_CASES.filter((c) => !c.ours).length;
-    expect(`${agree} agree, ${ELLE_CASES.length - agree} disagree`).toBe('27 agree, 4 disagree');
+    expect(`${agree} agree, ${ELLE_CASES.length - agree} disagree`).toBe('28 agree, 3 disagree');
   });
 });

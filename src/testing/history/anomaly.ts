@@ -14,6 +14,7 @@ import type { HistoryKey, HistoryValue } from './history.js';
  * - `lost-update`: two committed transactions read the same version of a key and both wrote it;
  * - `internal`: a transaction's own reads disagree with its own writes or with its earlier read;
  * - `garbage-read`: a read returned a value nobody wrote;
+ * - `future-read`: a read returned a value its own transaction wrote only later;
  * - `duplicate-elements`: a list read holds the same appended value twice;
  * - `incompatible-order`: two reads of a list disagree on the order of its elements (neither is a
  *   prefix of the other);
@@ -31,6 +32,7 @@ export type AnomalyType =
   | 'lost-update'
   | 'internal'
   | 'garbage-read'
+  | 'future-read'
   | 'duplicate-elements'
   | 'incompatible-order'
   | 'G0-realtime'

@@ -67,6 +67,7 @@ const TYPE_ORDER: readonly AnomalyType[] = [
   'lost-update',
   'internal',
   'garbage-read',
+  'future-read',
   'duplicate-elements',
   'incompatible-order',
   'G0-realtime',

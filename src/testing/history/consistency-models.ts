@@ -26,9 +26,10 @@ const READ_COMMITTED: readonly AnomalyType[] = [
   'G1a',
   'G1b',
   'G1c',
-  // no history of committed writes can produce these: a value never written, an append seen twice,
-  // two orders of one list
+  // no history of committed writes can produce these: a value never written, a value written only
+  // later by the reader itself, an append seen twice, two orders of one list
   'garbage-read',
+  'future-read',
   'duplicate-elements',
   'incompatible-order',
 ];

@@ -43,7 +43,7 @@ export function analyzeListAppend(
     if (txn.outcome !== 'commit') continue;
     const own = new Map<HistoryKey, HistoryValue[]>();
     const firstRead = new Map<HistoryKey, readonly HistoryValue[]>();
-    for (const op of txn.ops) {
+    for (const [opIndex, op] of txn.ops.entries()) {
       if (op.f === 'append') {
         const mine = own.get(op.key);
         if (mine) mine.push(op.value);
@@ -51,7 +51,7 @@ export function analyzeListAppend(
         continue;
       }
       const values = op.value ?? [];
-      checkElements(t, op.key, values, writers, (w) => txns[w]!.outcome, anomalies);
+      checkElements(t, opIndex, op.key, values, writers, (w) => txns[w]!.outcome, anomalies);
       const mine = own.get(op.key);
       const earlier = firstRead.get(op.key);
       if (mine || earlier) {
@@ -148,6 +148,7 @@ export function analyzeListAppend(
 /** The anomalies a committed read shows by itself: values nobody wrote, aborted or intermediate writes, duplicates. */
 function checkElements(
   reader: number,
+  opIndex: number,
   key: HistoryKey,
   values: readonly HistoryValue[],
   writers: WriterIndex,
@@ -170,6 +171,7 @@ function checkElements(
     seen.add(v);
     const found = readAnomaly({
       reader,
+      opIndex,
       key,
       read: values,
       value: v,

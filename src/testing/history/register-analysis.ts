@@ -46,7 +46,7 @@ export function analyzeRegister(
     const own = new Map<HistoryKey, HistoryValue>();
     const firstRead = new Map<HistoryKey, HistoryValue | null>();
     const orderedFrom = new Set<HistoryKey>();
-    for (const op of txn.ops) {
+    for (const [opIndex, op] of txn.ops.entries()) {
       if (op.f === 'write') {
         if (firstRead.has(op.key) && !own.has(op.key) && !orderedFrom.has(op.key)) {
           orderedFrom.add(op.key);
@@ -69,7 +69,7 @@ export function analyzeRegister(
         continue;
       }
       firstRead.set(op.key, op.value);
-      checkRead(t, op.key, op.value, writers, (w) => txns[w]!.outcome, anomalies);
+      checkRead(t, opIndex, op.key, op.value, writers, (w) => txns[w]!.outcome, anomalies);
       let byKey = readers.get(op.key);
       if (!byKey) {
         byKey = new Map();
@@ -121,6 +121,7 @@ export function analyzeRegister(
 
 function checkRead(
   reader: number,
+  opIndex: number,
   key: HistoryKey,
   value: HistoryValue | null,
   writers: WriterIndex,
@@ -129,6 +130,6 @@ function checkRead(
 ): void {
   if (value === null) return;
   const site = writers.get(key)?.get(value);
-  const found = readAnomaly({ reader, key, read: value, value, site, last: true, outcomeOf });
+  const found = readAnomaly({ reader, opIndex, key, read: value, value, site, last: true, outcomeOf });
   if (found) anomalies.push(found);
 }
