@@ -196,6 +196,20 @@ describe('pg-txkit isolation', () => {
       'postgres://u@127.0.0.1:1/x',
     ]);
     expect(down.code).toBe(3);
+    // four sessions of five steps and no permutation lines: refused before connecting (exit 2)
+    const huge = join(dir, 'huge.spec');
+    writeFileSync(
+      huge,
+      ['a', 'b', 'c', 'd']
+        .map(
+          (x) => `session ${x}\n${[1, 2, 3, 4, 5].map((i) => `step ${x}${i} { SELECT ${i}; }`).join('\n')}`,
+        )
+        .join('\n'),
+    );
+    const refused = await runMain(['isolation', huge, '--url', 'postgres://u@127.0.0.1:1/x']);
+    expect(refused).toMatchObject({ code: 2, stdout: '' });
+    expect(refused.stderr).toContain('11,732,745,024');
+    expect(refused.stderr).toContain('add permutation lines');
   });
 });
 
