@@ -123,6 +123,21 @@ describe('checkHistory: list-append', () => {
     expect(cycleOf(result.anomalies[0])).toEqual(['T2-rw->T1', 'T1-realtime->T2']);
   });
 
+  it('processOrder: a client that does not see its own earlier commit (G-single-process)', () => {
+    // client 1 appended 2 to x, then read x without it; the others ran at overlapping times
+    const h = listAppend(
+      ['ax1', 'commit', 0, 0, 9],
+      ['ax2', 'commit', 1, 1, 2],
+      ['rx1', 'commit', 1, 3, 4],
+      ['rx12', 'commit', 2, 5, 10],
+    );
+    expect(checkHistory(h, { model: 'snapshot-isolation' }).valid).toBe(true);
+    const result = checkHistory(h, { model: 'snapshot-isolation', processOrder: true });
+    expect(result).toMatchObject({ valid: false, processOrder: true, forbidden: ['G-single-process'] });
+    expect(cycleOf(result.anomalies[0])).toEqual(['T2-rw->T1', 'T1-process->T2']);
+    expect(result.anomalies[0]?.explanation).toContain('committed before its client ran T2 (process)');
+  });
+
   it('internal, duplicate elements, garbage reads, incompatible orders', () => {
     expect(checkHistory(listAppend('ax3rx12')).anomalyTypes).toContain('internal');
     expect(checkHistory(listAppend('ax1', 'rx11')).anomalyTypes).toContain('duplicate-elements');
@@ -258,6 +273,14 @@ describe('checkHistory: bad input is a HistoryError with the position and what t
     expect(reason(() => checkHistory(clock as never))).toMatchObject({ reason: 'bad-clock' });
     expect(reason(() => checkHistory({ workload: 'kv', transactions: [] } as never))).toMatchObject({
       reason: 'unknown-workload',
+    });
+  });
+
+  it('processOrder needs the client of every transaction that did not abort', () => {
+    expect(reason(() => checkHistory(listAppend('ax1'), { processOrder: true }))).toMatchObject({
+      reason: 'no-process',
+      transaction: 0,
+      message: expect.stringContaining('begin(process)'),
     });
   });
 

@@ -19,7 +19,9 @@ import type { HistoryKey, HistoryValue } from './history.js';
  * - `incompatible-order`: two reads of a list disagree on the order of its elements (neither is a
  *   prefix of the other);
  * - a cycle type with `-realtime` (model `'strict-serializable'`): the cycle needs a real-time edge
- *   (a transaction ordered before one that finished before it began).
+ *   (a transaction ordered before one that finished before it began);
+ * - a cycle type with `-process` (option `processOrder`): the cycle needs session order (a
+ *   transaction ordered before one its own client had run earlier).
  */
 export type AnomalyType =
   | 'G0'
@@ -39,7 +41,12 @@ export type AnomalyType =
   | 'G1c-realtime'
   | 'G-single-realtime'
   | 'G-nonadjacent-realtime'
-  | 'G2-item-realtime';
+  | 'G2-item-realtime'
+  | 'G0-process'
+  | 'G1c-process'
+  | 'G-single-process'
+  | 'G-nonadjacent-process'
+  | 'G2-item-process';
 
 /** One dependency of a cycle: `from` must precede `to` in any serial order, because of `kind`. */
 export interface DependencyStep {

@@ -2,12 +2,13 @@ import { z } from 'zod/v4';
 import { parseOptions } from '../../errors/parse-options.js';
 import type { Anomaly, AnomalyType, DependencyStep } from './anomaly.js';
 import { CONSISTENCY_MODELS, type ConsistencyModel, FORBIDDEN_ANOMALIES } from './consistency-models.js';
-import { DependencyGraph, kindName, REALTIME } from './dependency-graph.js';
+import { DependencyGraph, kindName, PROCESS, REALTIME } from './dependency-graph.js';
 import { explainCycle } from './explain.js';
-import { type FoundCycle, findCycles, usesRealtime } from './find-cycles.js';
+import { type FoundCycle, findCycles, usesProcess, usesRealtime } from './find-cycles.js';
 import type { History, HistoryTransaction } from './history.js';
 import { analyzeListAppend } from './list-append-analysis.js';
 import { lostUpdates } from './lost-update.js';
+import { addProcessEdges } from './process-edges.js';
 import { addRealtimeEdges } from './realtime-edges.js';
 import { analyzeRegister } from './register-analysis.js';
 import { validateHistory } from './validate-history.js';
@@ -21,6 +22,12 @@ const checkHistoryOptionsSchema = z
      * cycle's component). Default 5,000,000: 100,000 transactions check in about a second.
      */
     searchBudget: z.number().int().positive().default(5_000_000),
+    /**
+     * Session order too: each client (`process`) sees what it committed before (Elle's strong
+     * session models). Cycles that need it are typed `…-process`, and the model forbids those
+     * variants of its cycle anomalies. Default false.
+     */
+    processOrder: z.boolean().default(false),
   })
   .strict();
 
@@ -43,6 +50,8 @@ export interface HistoryCheck {
    * the model checked, since only then is real-time order inferred).
    */
   readonly satisfies: readonly ConsistencyModel[];
+  /** Session order was checked (`processOrder`): `valid` and `satisfies` are then the strong-session variants. */
+  readonly processOrder: boolean;
   /** How many transactions, and how many dependencies were inferred between them. */
   readonly transactions: number;
   readonly dependencies: number;
@@ -55,6 +64,24 @@ const REALTIME_TYPE = {
   'G-nonadjacent': 'G-nonadjacent-realtime',
   'G2-item': 'G2-item-realtime',
 } as const satisfies Record<FoundCycle['type'], AnomalyType>;
+
+const PROCESS_TYPE = {
+  G0: 'G0-process',
+  G1c: 'G1c-process',
+  'G-single': 'G-single-process',
+  'G-nonadjacent': 'G-nonadjacent-process',
+  'G2-item': 'G2-item-process',
+} as const satisfies Record<FoundCycle['type'], AnomalyType>;
+
+/** What `model` forbids; with session order, also the `-process` variants of its cycle anomalies. */
+function forbiddenFor(model: ConsistencyModel, processOrder: boolean): readonly AnomalyType[] {
+  const base: readonly AnomalyType[] = FORBIDDEN_ANOMALIES[model];
+  if (!processOrder) return base;
+  const variants = Object.entries(PROCESS_TYPE)
+    .filter(([cycle]) => base.includes(cycle as AnomalyType))
+    .map(([, variant]) => variant);
+  return [...base, ...variants];
+}
 
 const TYPE_ORDER: readonly AnomalyType[] = [
   'G0',
@@ -75,12 +102,18 @@ const TYPE_ORDER: readonly AnomalyType[] = [
   'G-single-realtime',
   'G-nonadjacent-realtime',
   'G2-item-realtime',
+  'G0-process',
+  'G1c-process',
+  'G-single-process',
+  'G-nonadjacent-process',
+  'G2-item-process',
 ];
 
 /**
  * Decides whether a recorded history of concurrent transactions is serializable,
  * snapshot-isolated or read-committed, as Jepsen's Elle does: it infers the dependencies between
- * transactions (ww, wr, rw; real-time order for `'strict-serializable'`) from what they read and
+ * transactions (ww, wr, rw; real-time order for `'strict-serializable'`; session order with
+ * `processOrder`) from what they read and
  * wrote, finds the cycles, and names each anomaly (G0, G1a, G1b, G1c, G-single, G2-item, lost
  * update, …) with the cycle of transactions that proves it. Transactions are named `T<index>` after
  * their position in the history.
@@ -106,7 +139,7 @@ const TYPE_ORDER: readonly AnomalyType[] = [
 export function checkHistory(history: History, options: CheckHistoryOptions = {}): HistoryCheck {
   const parsed = parseOptions(checkHistoryOptionsSchema, options);
   if (parsed.isErr()) throw parsed.error;
-  const { model, searchBudget } = parsed.value;
+  const { model, searchBudget, processOrder } = parsed.value;
   const writers = validateHistory(history);
   const txns = history.transactions as readonly HistoryTransaction<unknown>[];
   const graph = new DependencyGraph(txns.length);
@@ -117,18 +150,21 @@ export function checkHistory(history: History, options: CheckHistoryOptions = {}
   anomalies.push(...lostUpdates(history.transactions));
   const strict = model === 'strict-serializable';
   if (strict) addRealtimeEdges(txns, graph);
+  if (processOrder) addProcessEdges(txns, graph);
   graph.freeze();
 
   const outcome = (t: number) => txns[t]!.outcome;
   const budget = { left: searchBudget };
-  const cycles: { type: FoundCycle['type']; edges: readonly number[]; realtime: boolean }[] = findCycles(
-    graph,
-    0,
-    budget,
-  ).map((c) => ({ ...c, realtime: false }));
+  // Adya's cycles first; then those that need session order; then those that need real-time order
+  const cycles: { type: AnomalyType; edges: readonly number[] }[] = findCycles(graph, 0, budget);
+  if (processOrder) {
+    for (const c of findCycles(graph, PROCESS, budget)) {
+      if (usesProcess(graph, c.edges)) cycles.push({ type: PROCESS_TYPE[c.type], edges: c.edges });
+    }
+  }
   if (strict) {
-    for (const c of findCycles(graph, REALTIME, budget)) {
-      if (usesRealtime(graph, c.edges)) cycles.push({ ...c, realtime: true });
+    for (const c of findCycles(graph, REALTIME | (processOrder ? PROCESS : 0), budget)) {
+      if (usesRealtime(graph, c.edges)) cycles.push({ type: REALTIME_TYPE[c.type], edges: c.edges });
     }
   }
   for (const cycle of cycles) {
@@ -144,7 +180,7 @@ export function checkHistory(history: History, options: CheckHistoryOptions = {}
       };
     });
     anomalies.push({
-      type: cycle.realtime ? REALTIME_TYPE[cycle.type] : cycle.type,
+      type: cycle.type,
       transactions: steps.map((s) => s.from),
       cycle: steps,
       explanation: explainCycle(steps, outcome),
@@ -153,8 +189,7 @@ export function checkHistory(history: History, options: CheckHistoryOptions = {}
 
   const found = new Set(anomalies.map((a) => a.type));
   const anomalyTypes = TYPE_ORDER.filter((t) => found.has(t));
-  const forbiddenBy = (m: ConsistencyModel) =>
-    (FORBIDDEN_ANOMALIES[m] as readonly AnomalyType[]).filter((t) => found.has(t));
+  const forbiddenBy = (m: ConsistencyModel) => forbiddenFor(m, processOrder).filter((t) => found.has(t));
   const forbidden = forbiddenBy(model);
   anomalies.sort((a, b) => TYPE_ORDER.indexOf(a.type) - TYPE_ORDER.indexOf(b.type));
   return {
@@ -166,6 +201,7 @@ export function checkHistory(history: History, options: CheckHistoryOptions = {}
     satisfies: CONSISTENCY_MODELS.filter(
       (m) => (m !== 'strict-serializable' || strict) && forbiddenBy(m).length === 0,
     ),
+    processOrder,
     transactions: txns.length,
     dependencies: graph.edgeCount,
   };

@@ -5,21 +5,24 @@ import type { HistoryKey, HistoryValue } from './history.js';
  * - `ww`: the second overwrote (or appended after) a version the first wrote;
  * - `wr`: the second read a version the first wrote;
  * - `rw`: the second wrote the version that follows the one the first read (an anti-dependency);
- * - `realtime`: the first finished before the second began.
+ * - `realtime`: the first finished before the second began;
+ * - `process`: the first ran before the second on the same client (session order).
  */
 export const WW = 1;
 export const WR = 2;
 export const RW = 4;
 export const REALTIME = 8;
+export const PROCESS = 16;
 
 /** The name of a dependency kind. */
-export type DependencyKind = 'ww' | 'wr' | 'rw' | 'realtime';
+export type DependencyKind = 'ww' | 'wr' | 'rw' | 'realtime' | 'process';
 
 const KIND_NAMES: Readonly<Record<number, DependencyKind>> = {
   [WW]: 'ww',
   [WR]: 'wr',
   [RW]: 'rw',
   [REALTIME]: 'realtime',
+  [PROCESS]: 'process',
 };
 
 /** The name of one kind bit. */

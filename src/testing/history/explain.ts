@@ -24,6 +24,8 @@ function because(step: DependencyStep): string {
       return `${a} read ${key} = ${show(step.value)}, and ${b} wrote the later version ${show(step.next)} (rw)`;
     case 'realtime':
       return `${a} committed before ${b} began (realtime)`;
+    case 'process':
+      return `${a} committed before its client ran ${b} (process)`;
   }
 }
 

@@ -1,4 +1,4 @@
-import { type DependencyGraph, REALTIME, RW, WR, WW } from './dependency-graph.js';
+import { type DependencyGraph, PROCESS, REALTIME, RW, WR, WW } from './dependency-graph.js';
 
 /** A cycle found, as edge ids in order, with the Adya type its edges give it. */
 export interface FoundCycle {
@@ -154,4 +154,9 @@ function nonadjacentCycle(
 /** Whether a cycle leans on real-time order. */
 export function usesRealtime(graph: DependencyGraph, edges: readonly number[]): boolean {
   return edges.some((e) => graph.edge(e).kind === REALTIME);
+}
+
+/** Whether a cycle leans on session (process) order. */
+export function usesProcess(graph: DependencyGraph, edges: readonly number[]): boolean {
+  return edges.some((e) => graph.edge(e).kind === PROCESS);
 }

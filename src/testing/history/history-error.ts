@@ -9,6 +9,7 @@ export type HistoryErrorReason =
   | 'bad-read'
   | 'duplicate-write'
   | 'bad-clock'
+  | 'no-process'
   | 'bad-options';
 
 /**
