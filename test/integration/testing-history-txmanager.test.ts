@@ -7,7 +7,7 @@ import {
   ListAppendRecorder,
   type ListAppendTransaction,
 } from '../../src/testing/index.js';
-import { naiveListAppend, WORKLOAD_SCHEMA } from '../fixtures/history-workloads.js';
+import { meeting, naiveListAppend, WORKLOAD_SCHEMA } from '../fixtures/history-workloads.js';
 import { useTestDatabase } from '../helpers.js';
 
 // What must hold: pg-txkit's TxManager, used as the README says (tm.do at SERIALIZABLE with its
@@ -29,19 +29,6 @@ afterAll(async () => {
   await pool.end();
   await proxy.close();
 });
-
-/** Every party waits until all have arrived (once per round): a signal, not a sleep. */
-function meeting(parties: number): () => Promise<void> {
-  let arrived = 0;
-  let open!: () => void;
-  const opened = new Promise<void>((resolve) => {
-    open = resolve;
-  });
-  return () => {
-    if (++arrived >= parties) open();
-    return opened;
-  };
-}
 
 describe('checkHistory on TxManager under faults', () => {
   it('tm.do at SERIALIZABLE with retries: read-modify-write of lists stays serializable through connection cuts', async () => {
