@@ -13,6 +13,7 @@ import type { HistoryKey, HistoryValue } from './history.js';
  * - `G2-item` write skew and kin: a cycle with two or more anti-dependencies (some adjacent);
  * - `lost-update`: two committed transactions read the same version of a key and both wrote it;
  * - `internal`: a transaction's own reads disagree with its own writes or with its earlier read;
+ * - `dirty-update`: a committed write came after an aborted one in a key's version order;
  * - `garbage-read`: a read returned a value nobody wrote;
  * - `future-read`: a read returned a value its own transaction wrote only later;
  * - `duplicate-elements`: a list read holds the same appended value twice;
@@ -33,6 +34,7 @@ export type AnomalyType =
   | 'G2-item'
   | 'lost-update'
   | 'internal'
+  | 'dirty-update'
   | 'garbage-read'
   | 'future-read'
   | 'duplicate-elements'

@@ -93,6 +93,7 @@ const TYPE_ORDER: readonly AnomalyType[] = [
   'G2-item',
   'lost-update',
   'internal',
+  'dirty-update',
   'garbage-read',
   'future-read',
   'duplicate-elements',

@@ -26,6 +26,8 @@ const READ_COMMITTED: readonly AnomalyType[] = [
   'G1a',
   'G1b',
   'G1c',
+  // a committed write on top of an aborted one
+  'dirty-update',
   // no history of committed writes can produce these: a value never written, a value written only
   // later by the reader itself, an append seen twice, two orders of one list
   'garbage-read',

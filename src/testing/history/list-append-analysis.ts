@@ -97,6 +97,8 @@ export function analyzeListAppend(
         });
       }
     }
+    const dirty = dirtyUpdate(key, longest, byValue, (t) => txns[t]!.outcome);
+    if (dirty) anomalies.push(dirty);
     // the version order: the longest read, each element once
     const order: WriteSite[] = [];
     const orderValues: HistoryValue[] = [];
@@ -143,6 +145,42 @@ export function analyzeListAppend(
     }
   }
   return anomalies;
+}
+
+/**
+ * Dirty update, as Elle finds it: in a key's version order, an element an aborted transaction
+ * appended followed by one a committed transaction appended (elements of unknown outcome in between
+ * are carried along): the committed write was built on a state that never existed.
+ */
+function dirtyUpdate(
+  key: HistoryKey,
+  versions: readonly HistoryValue[],
+  byValue: ReadonlyMap<HistoryValue, WriteSite>,
+  outcomeOf: (t: number) => TxOutcome,
+): Anomaly | undefined {
+  let previous: { txn: number; outcome: TxOutcome } | undefined;
+  let span: HistoryValue[] = [];
+  for (const v of versions) {
+    const site = byValue.get(v);
+    if (!site) continue;
+    const outcome = outcomeOf(site.txn);
+    if (outcome === 'unknown' || (outcome === 'abort' && previous?.outcome === 'abort')) {
+      span.push(v);
+      continue;
+    }
+    if (outcome === 'commit' && previous?.outcome === 'abort') {
+      const values = [...span, v];
+      return {
+        type: 'dirty-update',
+        key,
+        transactions: [previous.txn, site.txn],
+        explanation: `${show(key)} = ${show(values)}: ${tx(previous.txn)} appended ${show(values[0])} and aborted, yet ${tx(site.txn)} committed ${show(v)} after it.`,
+      };
+    }
+    previous = { txn: site.txn, outcome };
+    span = [v];
+  }
+  return undefined;
 }
 
 /** The anomalies a committed read shows by itself: values nobody wrote, aborted or intermediate writes, duplicates. */
