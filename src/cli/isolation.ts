@@ -1,4 +1,5 @@
 import { readFile } from 'node:fs/promises';
+import { basename } from 'node:path';
 import { runIsolationSpec } from '../testing/run-isolation-spec.js';
 import type { CliIo } from './cli-io.js';
 import { ConnectError, isConnectFailure, oneLine, safeUrl, UsageError } from './connection.js';
@@ -12,6 +13,8 @@ export interface IsolationOptions {
   readonly spec: string;
   /** Path of an expected `.out` file to compare the output with. */
   readonly expected: string | undefined;
+  /** Connect as PostgreSQL's harness does (its startup settings): `--pg-regress-settings`. */
+  readonly regressSettings?: boolean;
 }
 
 async function readText(path: string, what: string): Promise<string> {
@@ -26,8 +29,11 @@ async function readText(path: string, what: string): Promise<string> {
  * `pg-txkit isolation <file.spec>`: runs a PostgreSQL isolation test specification against `--url`
  * the way PostgreSQL's isolationtester does and prints its output (streamed as it runs). With
  * `--expected file.out` it prints nothing but a unified diff from the expected output, and exits 1
- * when they differ. Exit codes: 0 ran (and matched), 1 differs, 2 a spec the isolation tester would
- * refuse (line number on stderr), 3 cannot connect, 4 a setup failed or a step timed out.
+ * when they differ. Connections are named `isolation/<file name>/<session>`, as PostgreSQL's harness
+ * names them; `--pg-regress-settings` adds its startup settings (datestyle, timezone, intervalstyle).
+ * Exit codes: 0 ran (and matched), 1 differs, 2 a spec the isolation tester would refuse (line number
+ * on stderr) or one without permutation lines and too many interleavings, 3 cannot connect, 4 a setup
+ * failed or a step timed out.
  *
  * @example
  * const code = await runIsolation({ url, spec: 'skip-locked.spec', expected: 'skip-locked.out' }, io);
@@ -36,14 +42,19 @@ export async function runIsolation(options: IsolationOptions, io: CliIo): Promis
   const specText = await readText(options.spec, 'spec file');
   const expected =
     options.expected === undefined ? undefined : await readText(options.expected, 'expected output');
-  const run = await runIsolationSpec(
-    options.url,
-    specText,
-    expected === undefined ? { onOutput: (text) => io.stdout.write(text) } : {},
-  );
+  // the test's name as pg_isolation_regress gives it: the spec file's name
+  const testName =
+    basename(options.spec)
+      .replace(/\.spec$/, '')
+      .slice(0, 40) || 'spec';
+  const run = await runIsolationSpec(options.url, specText, {
+    testName,
+    regressSettings: options.regressSettings ?? false,
+    ...(expected === undefined ? { onOutput: (text: string) => io.stdout.write(text) } : {}),
+  });
   if (run.isErr()) {
     const error = run.error;
-    if (error.kind === 'SpecSyntaxError') {
+    if (error.kind === 'SpecSyntaxError' || error.kind === 'SpecTooManyPermutations') {
       io.stderr.write(`pg-txkit: ${options.spec}: ${error.message}\n`);
       return EXIT.usage;
     }

@@ -225,9 +225,21 @@ export async function main(argv: string[], ioOverride?: CliIo): Promise<number> 
       '--expected <file.out>',
       'compare with this expected output: print a diff, exit 1 on a difference',
     )
+    .option(
+      '--pg-regress-settings',
+      "connect with the startup settings of PostgreSQL's harness (datestyle 'Postgres, MDY', timezone America/Los_Angeles, intervalstyle postgres_verbose)",
+    )
     .action(async (spec: string, opts: Record<string, unknown>) => {
       const url = connection(opts.url as string | undefined, io.env);
-      code = await runIsolation({ url, spec, expected: opts.expected as string | undefined }, io);
+      code = await runIsolation(
+        {
+          url,
+          spec,
+          expected: opts.expected as string | undefined,
+          regressSettings: opts.pgRegressSettings === true,
+        },
+        io,
+      );
     });
 
   try {

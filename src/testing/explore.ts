@@ -3,8 +3,9 @@ import pg from 'pg';
 import { z } from 'zod/v4';
 import { parseOptions } from '../errors/parse-options.js';
 import { interleavings } from './arbitraries.js';
+import { contextSwitches, interleavingsByFewestSwitches } from './context-switches.js';
 import { formatOutcomes } from './format-outcomes.js';
-import { allInterleavings, type Interleaved, interleavingCount } from './interleavings.js';
+import { type Interleaved, interleavingCount } from './interleavings.js';
 import { Schedule, type ScheduleOptions, type StepOutcome } from './schedule.js';
 
 /** A step of a session in {@link explore}: SQL, or SQL with parameters. */
@@ -83,6 +84,11 @@ const exploreOptionsSchema = z
     numRuns: z.number().int().positive().max(100_000).default(100),
     /** fast-check seed, to replay a sampled run. */
     seed: z.number().int().optional(),
+    /**
+     * When sampling found a failure: at most this many more interleavings are run, fewest context
+     * switches first, to find a failing one with fewer switches than fast-check's. Default 200.
+     */
+    minimizeRuns: z.number().int().min(0).max(100_000).default(200),
     /** Options of the Schedule (timeouts, poll interval). `whenSessionBlocked` defaults to `'defer'`. */
     schedule: z
       .custom<Omit<ScheduleOptions, 'sessions'>>((v) => typeof v === 'object' && v !== null)
@@ -103,6 +109,14 @@ export interface ExploreCounterexample {
   readonly reason: string;
   /** The outcomes as a readable table (see {@link formatOutcomes}), with the reason last. */
   readonly table: string;
+  /** Context switches of the interleaving: adjacent steps of different sessions. */
+  readonly switches: number;
+  /**
+   * Every interleaving with fewer switches was run and passed: no failing order is simpler. Always
+   * true when exploring exhaustively (orders run fewest switches first); when sampling, true when the
+   * search below fast-check's counterexample finished within `minimizeRuns`.
+   */
+  readonly minimal: boolean;
 }
 
 /** What {@link explore} found. */
@@ -113,7 +127,7 @@ export interface ExploreReport {
   readonly exhaustive: boolean;
   /** How many interleavings exist. */
   readonly interleavings: bigint;
-  /** How many were run. */
+  /** How many were run (when sampling: the samples, the shrinking, and the search for fewer switches). */
   readonly runs: number;
   /** The first interleaving that broke the invariant (shrunk when sampled); absent when it passed. */
   readonly counterexample?: ExploreCounterexample;
@@ -180,7 +194,14 @@ class Runner {
     if (this.#options.teardown !== undefined) await this.#control.query(this.#options.teardown);
     if (reason === undefined) return undefined;
     const table = `${outcomes.length > 0 ? `${formatOutcomes(outcomes)}\n` : ''}=> ${reason}`;
-    return { interleaving: merged, outcomes, reason, table };
+    return {
+      interleaving: merged,
+      outcomes,
+      reason,
+      table,
+      switches: contextSwitches(merged),
+      minimal: false,
+    };
   }
 
   async close(): Promise<void> {
@@ -189,13 +210,36 @@ class Runner {
 }
 
 /**
+ * Runs the orders with fewer context switches than `found`, fewest first, at most `limit` of them:
+ * the first that fails replaces it. Minimal when the search ran out of orders before the limit.
+ */
+async function fewerSwitches(
+  runner: Runner,
+  sessions: Record<string, readonly ExploreStep[]>,
+  found: ExploreCounterexample,
+  limit: number,
+): Promise<ExploreCounterexample> {
+  let tried = 0;
+  for (const merged of interleavingsByFewestSwitches(sessions, found.switches - 1)) {
+    if (tried >= limit) return found;
+    tried++;
+    const counterexample = await runner.run(merged);
+    if (counterexample) return { ...counterexample, minimal: true };
+  }
+  return { ...found, minimal: true };
+}
+
+/**
  * Explores the interleavings of several sessions' steps: every order that keeps each session's own
  * order is run through {@link Schedule} (a session blocked on a lock has its next steps sent once it
  * is free, as a real client would) on the state `setup` builds, and `invariant` is checked after
- * each. When there are at most `exhaustiveLimit` interleavings every one is run; otherwise
- * `numRuns` are sampled with fast-check (pass `fc`) and a failure is shrunk to a minimal failing
- * interleaving (towards the serial order). The report's `counterexample.table` shows the first
- * failing order step by step.
+ * each. When there are at most `exhaustiveLimit` interleavings every one is run, fewest context
+ * switches first (the serial orders, then one switch more, …), so the first failing order reported
+ * has the fewest switches that still fail. Otherwise `numRuns` are sampled with fast-check (pass
+ * `fc`), a failure is shrunk by fast-check, then the orders with fewer switches than the shrunk one
+ * are run, fewest first (at most `minimizeRuns`), and the first that fails is reported. The report's
+ * `counterexample.table` shows the failing order step by step, `switches` its context switches,
+ * `minimal` whether no order with fewer switches fails, and `runs` how many orders were tried.
  *
  * @example
  * const report = await explore({
@@ -230,10 +274,16 @@ export async function explore(options: ExploreOptions): Promise<ExploreReport> {
   const runner = new Runner(control, opts);
   try {
     if (exhaustive) {
-      for (const merged of allInterleavings(sessions, opts.exhaustiveLimit)) {
+      for (const merged of interleavingsByFewestSwitches(sessions)) {
         const counterexample = await runner.run(merged);
         if (counterexample)
-          return { passed: false, exhaustive, interleavings: count, runs: runner.runs, counterexample };
+          return {
+            passed: false,
+            exhaustive,
+            interleavings: count,
+            runs: runner.runs,
+            counterexample: { ...counterexample, minimal: true },
+          };
       }
       return { passed: true, exhaustive, interleavings: count, runs: runner.runs };
     }
@@ -251,7 +301,10 @@ export async function explore(options: ExploreOptions): Promise<ExploreReport> {
     if (result.failed && result.counterexample) {
       // the shrunk counterexample, run once more so its outcomes and table are the ones reported
       const [merged] = result.counterexample;
-      const counterexample = (await runner.run(merged)) ?? last;
+      const shrunk = (await runner.run(merged)) ?? last;
+      const counterexample = shrunk
+        ? await fewerSwitches(runner, sessions, shrunk, opts.minimizeRuns)
+        : undefined;
       return {
         passed: false,
         exhaustive,

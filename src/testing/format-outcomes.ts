@@ -1,4 +1,4 @@
-import type { StepOutcome } from './schedule.js';
+import type { StepOutcome } from './schedule-outcome.js';
 
 /** Options of {@link formatOutcomes}. */
 export interface FormatOutcomesOptions {

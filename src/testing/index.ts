@@ -3,7 +3,6 @@
 // The fast-check arbitraries (interleavings, isolationLevel) are the entry point
 // 'pg-txkit/testing/arbitraries' (src/testing/arbitraries.ts): their declarations need fast-check's
 // types, and fast-check is an optional peer.
-
 export {
   type ExploreCounterexample,
   type ExploreDb,
@@ -18,6 +17,33 @@ export { FaultProxy, type FaultProxyOptions } from './fault-proxy.js';
 export { type FormatOutcomesOptions, formatOutcomes } from './format-outcomes.js';
 export { type FormatResultSetInput, formatResultSet } from './format-result-set.js';
 export { type Gate, gate } from './gate.js';
+export type { Anomaly, AnomalyType, DependencyStep } from './history/anomaly.js';
+export { type CheckHistoryOptions, checkHistory, type HistoryCheck } from './history/check-history.js';
+export {
+  CONSISTENCY_MODELS,
+  type ConsistencyModel,
+  FORBIDDEN_ANOMALIES,
+} from './history/consistency-models.js';
+export type { DependencyKind } from './history/dependency-graph.js';
+export type {
+  AppendOp,
+  History,
+  HistoryKey,
+  HistoryTransaction,
+  HistoryValue,
+  ListAppendHistory,
+  ListAppendOp,
+  ListReadOp,
+  RegisterHistory,
+  RegisterOp,
+  RegisterReadOp,
+  TxOutcome,
+  WriteOp,
+} from './history/history.js';
+export { HistoryError, type HistoryErrorReason } from './history/history-error.js';
+export type { RecordedTransaction } from './history/history-recorder.js';
+export { ListAppendRecorder, type ListAppendTransaction } from './history/list-append-recorder.js';
+export { RegisterRecorder, type RegisterTransaction } from './history/register-recorder.js';
 export {
   allInterleavings,
   type Interleaved,
@@ -26,7 +52,9 @@ export {
   type SessionsSteps,
 } from './interleavings.js';
 export {
+  eachSpecPermutation,
   type IsolationSpec,
+  MAX_SPEC_PERMUTATIONS,
   parseIsolationSpec,
   type SpecBlocker,
   type SpecPermutation,
@@ -34,7 +62,10 @@ export {
   type SpecSession,
   type SpecStep,
   SpecSyntaxError,
+  SpecTooManyPermutations,
+  specPermutationCount,
   specPermutations,
+  unusedSteps,
 } from './isolation-spec.js';
 export {
   PgBouncerNotInstalled,
@@ -57,6 +88,7 @@ export {
   type ScheduleStepSpec,
   type StatementResult,
   type StepBlocker,
+  type StepNotification,
   type StepOutcome,
 } from './schedule.js';
 export {

@@ -1,11 +1,11 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { constants } from 'node:fs';
 import { access, chmod, chown, mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { tmpdir, userInfo } from 'node:os';
 import { delimiter, join } from 'node:path';
 import pg from 'pg';
 import { z } from 'zod/v4';
+import { freePort } from './postmaster.js';
 
 /** Where the Debian package installs the binary (also searched on PATH). */
 const DEFAULT_BINARIES = ['/usr/sbin/pgbouncer', '/usr/bin/pgbouncer', '/usr/local/bin/pgbouncer'];
@@ -114,19 +114,6 @@ export async function findPgBouncer(binary?: string): Promise<string | undefined
     }
   }
   return undefined;
-}
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.unref();
-    server.on('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      const port = typeof address === 'object' && address ? address.port : 0;
-      server.close(() => resolve(port));
-    });
-  });
 }
 
 /** Quotes a value for a libpq-style connect string in pgbouncer.ini (`key='va\'lue'`). */

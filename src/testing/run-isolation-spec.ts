@@ -5,11 +5,15 @@ import type { InvalidOptions } from '../errors/index.js';
 import { parseOptions } from '../errors/parse-options.js';
 import { formatResultSet } from './format-result-set.js';
 import {
+  eachSpecPermutation,
   type IsolationSpec,
+  MAX_SPEC_PERMUTATIONS,
   parseIsolationSpec,
   type SpecPermutationStep,
   type SpecSyntaxError,
-  specPermutations,
+  SpecTooManyPermutations,
+  specPermutationCount,
+  unusedSteps,
 } from './isolation-spec.js';
 import {
   Schedule,
@@ -27,6 +31,25 @@ const runIsolationSpecOptionsSchema = z
     blockTimeoutMs: z.number().int().positive().max(3_600_000).default(60_000),
     /** Called with each piece of output as it is produced (e.g. to stream it to a terminal). */
     onOutput: z.custom<(text: string) => void>((v) => typeof v === 'function').optional(),
+    /**
+     * A spec without `permutation` lines runs every interleaving of its steps; above this many it is
+     * refused before any SQL ({@link SpecTooManyPermutations}). Default {@link MAX_SPEC_PERMUTATIONS}.
+     */
+    maxPermutations: z.number().int().positive().max(10_000_000).default(MAX_SPEC_PERMUTATIONS),
+    /**
+     * The test's name, as PostgreSQL's harness gives it: connections are then named
+     * `isolation/<testName>/<session>` (and `isolation/<testName>/control connection`), as
+     * pg_isolation_regress and isolationtester name them. Default: `pg-txkit-isolation/<session>`.
+     */
+    testName: z.string().min(1).max(40).optional(),
+    /**
+     * Connect as PostgreSQL's harness (pg_regress) connects every test of the suite: the startup
+     * settings it puts in the environment (PGDATESTYLE `Postgres, MDY`, PGTZ `America/Los_Angeles`,
+     * PGOPTIONS `-c intervalstyle=postgres_verbose`), sent as the connections' startup options so a
+     * spec's `RESET` returns to them. The database (`isolation_regression`), a superuser and the
+     * server's `max_prepared_transactions` are the caller's (see docs/testing.md). Default false.
+     */
+    regressSettings: z.boolean().default(false),
   })
   .strict();
 
@@ -72,11 +95,30 @@ function printResult(result: StatementResult | undefined): string {
   return formatResultSet({ columns: result.columns, values: result.values.map((row) => row.map(toText)) });
 }
 
-/** The step's results and error, as isolationtester prints them after the step line. */
+/** What libpq adds when the server closes the connection under a query. */
+const LIBPQ_CONNECTION_LOST =
+  'server closed the connection unexpectedly\n\tThis probably means the server terminated abnormally\n\tbefore or while processing the request.\n';
+
+/** pg's errors for a connection that went away under a query (no server message). */
+const CONNECTION_LOST = /^(Connection terminated|ECONNRESET|EPIPE)|Connection terminated unexpectedly/;
+
+/**
+ * The step's results and error, as isolationtester prints them after the step line. An error with
+ * its fields is `SEVERITY:  message`; a FATAL also ends the connection, so libpq gives a second
+ * result without fields, printed whole (its message holds the FATAL line and libpq's three lines
+ * about the closed connection) with a blank line after it, as isolationtester's `printf("%s\n")`
+ * does; a connection lost without a server message is that second result alone.
+ */
 function printOutcome(outcome: StepOutcome): string {
   if (outcome.status === 'ok') return outcome.results.map((r) => printResult(r)).join('');
-  const text = outcome.severity ? `${outcome.severity}:  ${outcome.message ?? ''}` : (outcome.message ?? '');
-  return `${text}\n`;
+  const message = outcome.message ?? '';
+  if (outcome.severity === 'FATAL') {
+    return `FATAL:  ${message}\nFATAL:  ${message}\n${LIBPQ_CONNECTION_LOST}\n`;
+  }
+  if (outcome.severity) return `${outcome.severity}:  ${message}\n`;
+  if (CONNECTION_LOST.test(message) || CONNECTION_LOST.test(outcome.code ?? ''))
+    return `${LIBPQ_CONNECTION_LOST}\n`;
+  return `${message}\n`;
 }
 
 function blockersOf(pstep: SpecPermutationStep): StepBlocker[] {
@@ -85,21 +127,55 @@ function blockersOf(pstep: SpecPermutationStep): StepBlocker[] {
   );
 }
 
+/**
+ * A session's notices as isolationtester's notice processor prints them, `<session>: <libpq text>`,
+ * as they are read: `part` 'before' those that came before a blocked step was reported waiting,
+ * 'after' the rest (printed at its completion), 'all' every one.
+ */
+function printNotices(
+  o: StepOutcome,
+  sessionNames: ReadonlyMap<string, string>,
+  part: 'all' | 'before' | 'after' = 'all',
+): string {
+  const split = o.noticesBeforeWaiting ?? 0;
+  const notices =
+    part === 'all' ? o.notices : part === 'before' ? o.notices.slice(0, split) : o.notices.slice(split);
+  return notices.map((n) => `${sessionNames.get(o.session) ?? o.session}: ${n}\n`).join('');
+}
+
+/** NOTIFY messages a step's session received, printed after its results, naming the sending session. */
+function printNotifications(
+  o: StepOutcome,
+  sessionNames: ReadonlyMap<string, string>,
+  senders: ReadonlyMap<number, string>,
+): string {
+  return o.notifications
+    .map(
+      (n) =>
+        `${sessionNames.get(o.session) ?? o.session}: NOTIFY "${n.channel}" with payload "${n.payload}" from ${senders.get(n.processId) ?? `PID ${n.processId}`}\n`,
+    )
+    .join('');
+}
+
 /** Renders one permutation's outcomes in the order isolationtester prints them. */
-function printSteps(outcomes: readonly StepOutcome[], sessionNames: ReadonlyMap<string, string>): string {
+function printSteps(
+  outcomes: readonly StepOutcome[],
+  sessionNames: ReadonlyMap<string, string>,
+  senders: ReadonlyMap<number, string>,
+): string {
   let out = '';
-  const notices = (o: StepOutcome): string =>
-    o.notices.map((n) => `${sessionNames.get(o.session) ?? o.session}: ${n}\n`).join('');
+  const resultsOf = (o: StepOutcome): string =>
+    `${printOutcome(o)}${printNotifications(o, sessionNames, senders)}`;
   const completed = (after: number): StepOutcome[] =>
     outcomes
       .filter((o) => o.blocked && o.completedAfter === after)
       .sort((a, b) => a.completionOrder - b.completionOrder);
   outcomes.forEach((o, i) => {
     const name = o.name ?? String(i);
-    if (o.blocked) out += `step ${name}: ${o.sql} <waiting ...>\n`;
-    else out += `${notices(o)}step ${name}: ${o.sql}\n${printOutcome(o)}`;
+    if (o.blocked) out += `${printNotices(o, sessionNames, 'before')}step ${name}: ${o.sql} <waiting ...>\n`;
+    else out += `${printNotices(o, sessionNames)}step ${name}: ${o.sql}\n${resultsOf(o)}`;
     for (const c of completed(i))
-      out += `${notices(c)}step ${c.name ?? ''}: <... completed>\n${printOutcome(c)}`;
+      out += `${printNotices(c, sessionNames, 'after')}step ${c.name ?? ''}: <... completed>\n${resultsOf(c)}`;
   });
   return out;
 }
@@ -123,24 +199,34 @@ function messageOf(error: unknown): string {
 
 /**
  * Runs a PostgreSQL isolation test specification (the `.spec` format of PostgreSQL's
- * `src/test/isolation`) against the database at `url`, the way `isolationtester` does, and returns
- * its output, to compare with an expected `.out` file: one connection per session plus a control
- * connection (setup and teardown), every connection with `client_min_messages = warning`; for each
- * permutation (the listed ones, or every interleaving of the sessions' steps) the setup blocks, the
- * sessions' setups, the steps through {@link Schedule} (blocked steps print `<waiting ...>` and later
- * `<... completed>`, blocker annotations `(*)`, `(other)`, `(other notices N)` honoured), then the
- * teardowns. A spec the isolation tester refuses is a {@link SpecSyntaxError} with its line; a failed
- * setup or a step timeout a {@link SpecRunError} with the output so far.
+ * `src/test/isolation`) against the database at `url`, the way `isolationtester` (PostgreSQL 12 and
+ * later) does, and returns its output, to compare with an expected `.out` file: one connection per
+ * session plus a control connection (setup and teardown); `unused step name:` lines first (steps no
+ * `permutation` line uses); for each permutation (the listed ones, or every interleaving of the
+ * sessions' steps, generated one at a time) the setup blocks, the sessions' setups, the steps through
+ * {@link Schedule} (blocked steps print `<waiting ...>` and later `<... completed>`, blocker
+ * annotations `(*)`, `(other)`, `(other notices N)` honoured), then the teardowns. A session's
+ * notices print as `<session>: NOTICE:  …` (the control connection's are hidden, as isolationtester
+ * hides them), NOTIFY messages a session received after its step's results, a FATAL with libpq's
+ * lines about the closed connection. Connections are named `isolation/<testName>/<session>` when
+ * `testName` is given; `regressSettings` adds the startup settings of PostgreSQL's harness.
+ *
+ * A spec the isolation tester refuses is a {@link SpecSyntaxError} with its line; a spec without
+ * `permutation` lines whose steps have more than `maxPermutations` interleavings a
+ * {@link SpecTooManyPermutations} (before any connection); a failed setup or a step timeout a
+ * {@link SpecRunError} with the output so far.
  *
  * @example
- * const run = await runIsolationSpec(url, readFileSync('skip-locked.spec', 'utf8'));
+ * const run = await runIsolationSpec(url, readFileSync('skip-locked.spec', 'utf8'), { testName: 'skip-locked' });
  * if (run.isOk()) expect(run.value.output).toBe(readFileSync('skip-locked.out', 'utf8'));
  */
 export async function runIsolationSpec(
   url: string,
   specText: string,
   options: RunIsolationSpecOptions = {},
-): Promise<Result<IsolationSpecRun, SpecSyntaxError | SpecRunError | InvalidOptions>> {
+): Promise<
+  Result<IsolationSpecRun, SpecSyntaxError | SpecRunError | SpecTooManyPermutations | InvalidOptions>
+> {
   const opts = parseOptions(runIsolationSpecOptionsSchema, options);
   if (opts.isErr()) return err(opts.error);
   const parsed = parseIsolationSpec(specText);
@@ -148,11 +234,19 @@ export async function runIsolationSpec(
   return run(url, parsed.value, opts.value);
 }
 
+/** The startup options pg_regress's environment gives every connection (PGDATESTYLE, PGTZ, PGOPTIONS). */
+const REGRESS_OPTIONS =
+  '-c datestyle=Postgres,\\ MDY -c timezone=America/Los_Angeles -c intervalstyle=postgres_verbose';
+
 async function run(
   url: string,
   spec: IsolationSpec,
   opts: z.output<typeof runIsolationSpecOptionsSchema>,
-): Promise<Result<IsolationSpecRun, SpecRunError>> {
+): Promise<Result<IsolationSpecRun, SpecRunError | SpecTooManyPermutations>> {
+  // refused before any connection: isolationtester would try to run them all
+  const count = specPermutationCount(spec);
+  if (count > BigInt(opts.maxPermutations))
+    return err(new SpecTooManyPermutations(count, opts.maxPermutations));
   let output = '';
   const emit = (text: string): void => {
     output += text;
@@ -167,19 +261,25 @@ async function run(
     for (const step of session.steps)
       sessionOfStep.set(step.name, { internal: internal[i] as string, sql: step.sql });
   });
-  const permutations = specPermutations(spec);
+  // isolationtester appends `/<session>` to the application_name pg_isolation_regress gives the test
+  const appName = (session: string) =>
+    opts.testName === undefined ? `pg-txkit-isolation/${session}` : `isolation/${opts.testName}/${session}`;
+  const connectionOptions = opts.regressSettings ? { options: REGRESS_OPTIONS } : {};
 
   const control = new pg.Client({
     connectionString: url,
-    application_name: 'pg-txkit-isolation:control',
+    application_name: appName('control connection'),
     types: textTypes,
+    ...connectionOptions,
   });
   control.on('error', () => {});
   let schedule: Schedule | undefined;
   let current = -1;
+  let ran = 0;
   try {
+    // check_testspec's warnings come before anything else (stderr, merged into the .out by the harness)
+    for (const name of unusedSteps(spec)) emit(`unused step name: ${name}\n`);
     await control.connect();
-    await control.query('SET client_min_messages = warning');
     schedule = await Schedule.open(url, {
       sessions: internal,
       values: 'text',
@@ -187,13 +287,25 @@ async function run(
       stepTimeoutMs: opts.stepTimeoutMs,
       blockTimeoutMs: opts.blockTimeoutMs,
       applicationName: 'pg-txkit-isolation',
+      ...(opts.regressSettings ? { connectionOptions: REGRESS_OPTIONS } : {}),
     });
     const s = schedule;
-    await s.run(internal.map((session) => [session, 'SET client_min_messages = warning'] as const));
+    await s.run(
+      internal.map(
+        (session) =>
+          [
+            session,
+            "SELECT set_config('application_name', $1, false)",
+            [appName(specName.get(session) ?? session)],
+          ] as const,
+      ),
+    );
+    const senders = new Map(internal.map((session) => [s.pid(session), specName.get(session) ?? session]));
     emit(`Parsed test spec with ${spec.sessions.length} session${spec.sessions.length === 1 ? '' : 's'}\n`);
 
-    for (const [p, permutation] of permutations.entries()) {
-      current = p;
+    for (const permutation of eachSpecPermutation(spec)) {
+      current = ran++;
+      const p = current;
       emit(`\nstarting permutation: ${permutation.map((ps) => ps.step).join(' ')}\n`);
       for (const sql of spec.setup) {
         try {
@@ -205,6 +317,7 @@ async function run(
       for (const [i, session] of spec.sessions.entries()) {
         if (session.setup === undefined) continue;
         const [outcome] = await s.run([[internal[i] as string, session.setup]]);
+        if (outcome) emit(printNotices(outcome, specName));
         if (outcome?.status === 'error') {
           return err(
             new SpecRunError(`setup of session ${session.name} failed: ${outcome.message ?? ''}`, output, p),
@@ -218,11 +331,12 @@ async function run(
         if (!step) throw new Error(`internal: step ${ps.step} was checked by the parser`);
         return { session: step.internal, sql: step.sql, name: ps.step, blockers: blockersOf(ps) };
       });
-      emit(printSteps(await s.run(steps), specName));
+      emit(printSteps(await s.run(steps), specName, senders));
 
       for (const [i, session] of spec.sessions.entries()) {
         if (session.teardown === undefined) continue;
         const [outcome] = await s.run([[internal[i] as string, session.teardown]]);
+        if (outcome) emit(printNotices(outcome, specName));
         if (outcome?.status === 'error') {
           warnings.push(`teardown of session ${session.name} failed: ${outcome.message ?? ''}`);
         } else emit(printResult(outcome?.results[outcome.results.length - 1]));
@@ -235,7 +349,7 @@ async function run(
         }
       }
     }
-    return ok({ output, permutations: permutations.length, warnings });
+    return ok({ output, permutations: ran, warnings });
   } catch (error) {
     if (error instanceof Error && error.name === 'ScheduleError') {
       return err(new SpecRunError(error.message, output, current, error));

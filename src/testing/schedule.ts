@@ -2,6 +2,9 @@ import pg from 'pg';
 import { z } from 'zod/v4';
 import { InvalidOptions } from '../errors/index.js';
 import { formatOutcomes } from './format-outcomes.js';
+import type { StatementResult, StepNotification, StepOutcome } from './schedule-outcome.js';
+
+export type { StatementResult, StepNotification, StepOutcome } from './schedule-outcome.js';
 
 /**
  * One step of a schedule: the session that runs it, its SQL (one statement, or several separated by
@@ -36,58 +39,6 @@ export interface ScheduleStepSpec<S extends string = string> {
   readonly name?: string;
   /** The isolation tester's annotations (`(*)`, `(other_step)`, `(other_step notices N)`). */
   readonly blockers?: readonly StepBlocker[];
-}
-
-/** The result of one statement of a step (a step may hold several statements). */
-export interface StatementResult {
-  /** The command tag's verb (`SELECT`, `UPDATE`…), or `null` for an empty query. */
-  readonly command: string | null;
-  /** pg's `rowCount` (`null` for commands without one). */
-  readonly rowCount: number | null;
-  /** Column names, in order (duplicates kept). */
-  readonly columns: readonly string[];
-  /** The rows as arrays of values, in column order. */
-  readonly values: readonly (readonly unknown[])[];
-}
-
-/** What happened to one step of {@link Schedule.run}. */
-export interface StepOutcome {
-  /** The session that ran the step. */
-  readonly session: string;
-  /** The step's SQL, as given. */
-  readonly sql: string;
-  /** The step's name, when it was given one. */
-  readonly name?: string;
-  /**
-   * The step was reported waiting: the monitor saw it wait on a lock (or a safe snapshot) held by
-   * another session of the schedule, or a blocker annotation held it.
-   */
-  readonly blocked: boolean;
-  /** `ok`, or `error` when the server (or the connection) failed the statement. */
-  readonly status: 'ok' | 'error';
-  /** Rows of the (last) statement; `[]` for an error. */
-  readonly rows: readonly Record<string, unknown>[];
-  /** pg's `rowCount` of the (last) statement (`null` for commands without one and for errors). */
-  readonly rowCount: number | null;
-  /** Every statement's result, in order (`[]` for an error: pg drops the results before it). */
-  readonly results: readonly StatementResult[];
-  /** SQLSTATE of the error (`40001`, `40P01`, `55P03`…), or the socket error code. */
-  readonly code?: string;
-  /** Error message. */
-  readonly message?: string;
-  /** Severity of a server error (`ERROR`, `FATAL`). */
-  readonly severity?: string;
-  /** Notices the session received while the step ran (`NOTICE:  text`, as psql shows them). */
-  readonly notices: readonly string[];
-  /** For a blocked step: index of the step after which it finished. */
-  readonly completedAfter?: number;
-  /** Rank of this step's completion among all the steps of the run (0-based). */
-  readonly completionOrder: number;
-  /**
-   * With `whenSessionBlocked: 'defer'`, for a step held back because its session was blocked:
-   * index of the step after which it was really sent.
-   */
-  readonly sentAfter?: number;
 }
 
 /** Why a {@link Schedule} could not go on. */
@@ -163,6 +114,11 @@ const scheduleOptionsSchema = z
     values: z.enum(['parsed', 'text']).default('parsed'),
     /** Interval of the monitor's checks while a step runs. Default 5 ms. */
     pollMs: z.number().int().min(1).max(1000).default(5),
+    /**
+     * Startup options of every connection (libpq's `options`, e.g. `-c intervalstyle=postgres_verbose`):
+     * settings a `RESET` returns to. Default none.
+     */
+    connectionOptions: z.string().max(1000).optional(),
     /** `application_name` prefix of the connections (`<prefix>:<session>`). Default `pg-txkit-schedule`. */
     applicationName: z.string().min(1).max(40).default('pg-txkit-schedule'),
   })
@@ -202,6 +158,8 @@ interface Running {
   result: StepResult | undefined;
   /** Reported waiting (seen blocked, or held by a blocker annotation). */
   blocked: boolean;
+  /** Notices received when it was first reported waiting. */
+  noticesBeforeWaiting: number | undefined;
   readonly notices: string[];
   /** Per `{ step, notices }` blocker: the notice count its session must reach. */
   readonly noticeTargets: ReadonlyMap<Session, number>;
@@ -215,6 +173,29 @@ interface Session {
   running: Running | undefined;
   /** Notices received since the session was opened. */
   notices: number;
+  /** Notices received while no step ran: they belong to the next step. */
+  idleNotices: string[];
+  /** NOTIFY messages received and not yet reported with a step's completion. */
+  notifications: StepNotification[];
+}
+
+/** Reports a step waiting; the first time, remembers how many notices came before. */
+function markWaiting(r: Running): void {
+  if (!r.blocked) r.noticesBeforeWaiting = r.notices.length;
+  r.blocked = true;
+}
+
+/** A notice as libpq's default verbosity prints it: severity and message, then DETAIL and HINT lines. */
+function noticeText(notice: {
+  readonly severity?: string | undefined;
+  readonly message?: string | undefined;
+  readonly detail?: string | undefined;
+  readonly hint?: string | undefined;
+}): string {
+  let text = `${notice.severity ?? 'NOTICE'}:  ${notice.message ?? ''}`;
+  if (notice.detail) text += `\nDETAIL:  ${notice.detail}`;
+  if (notice.hint) text += `\nHINT:  ${notice.hint}`;
+  return text;
 }
 
 /**
@@ -380,6 +361,7 @@ export class Schedule<S extends string = string> {
       const client = new pg.Client({
         connectionString: url,
         application_name: `${opts.applicationName}:${name}`,
+        ...(opts.connectionOptions === undefined ? {} : { options: opts.connectionOptions }),
         ...(opts.values === 'text' && name !== 'monitor' ? { types: textTypes } : {}),
       });
       client.on('error', () => {}); // a broken session shows up as the error of its step
@@ -396,10 +378,25 @@ export class Schedule<S extends string = string> {
           const { rows } = await client.query<{ pid: number | string }>('SELECT pg_backend_pid() AS pid');
           const pid = Number(rows[0]?.pid);
           if (!Number.isInteger(pid)) throw new Error('pg_backend_pid() returned no row');
-          const session: Session = { name, client, pid, running: undefined, notices: 0 };
+          const session: Session = {
+            name,
+            client,
+            pid,
+            running: undefined,
+            notices: 0,
+            idleNotices: [],
+            notifications: [],
+          };
           client.on('notice', (notice) => {
             session.notices++;
-            session.running?.notices.push(`${notice.severity ?? 'NOTICE'}:  ${notice.message ?? ''}`);
+            (session.running?.notices ?? session.idleNotices).push(noticeText(notice));
+          });
+          client.on('notification', (n) => {
+            session.notifications.push({
+              channel: n.channel,
+              payload: n.payload ?? '',
+              processId: n.processId,
+            });
           });
           sessions.set(name, session);
         }),
@@ -534,9 +531,10 @@ export class Schedule<S extends string = string> {
         ...(r.step.name === undefined ? {} : { name: r.step.name }),
         blocked: r.blocked,
         notices: r.notices,
+        notifications: r.session.notifications.splice(0),
         completionOrder: completions++,
         ...(sent === undefined ? {} : { sentAfter: sent }),
-        ...(r.blocked ? { completedAfter } : {}),
+        ...(r.blocked ? { completedAfter, noticesBeforeWaiting: r.noticesBeforeWaiting ?? 0 } : {}),
       };
       outcomes[r.step.index] =
         result.status === 'ok'
@@ -685,7 +683,8 @@ export class Schedule<S extends string = string> {
       session,
       result: undefined,
       blocked: false,
-      notices: [],
+      noticesBeforeWaiting: undefined,
+      notices: session.idleNotices.splice(0),
       noticeTargets,
       done: client
         .query({
@@ -760,7 +759,7 @@ export class Schedule<S extends string = string> {
   ): Promise<boolean> {
     const { stepTimeoutMs, blockTimeoutMs, pollMs } = this.#options;
     if (!flags.retry && r.step.blockers.includes('*')) {
-      r.blocked = true;
+      markWaiting(r);
       return true;
     }
     const started = performance.now();
@@ -771,7 +770,7 @@ export class Schedule<S extends string = string> {
         const blocked = await this.#blockedPids([r.session.pid]);
         if (r.result) break;
         if (blocked.has(r.session.pid)) {
-          r.blocked = true;
+          markWaiting(r);
           return true;
         }
       }
@@ -791,7 +790,7 @@ export class Schedule<S extends string = string> {
       await waitAny([r.done], flags.nonblock ? pollMs : left);
     }
     if (this.#held(r)) {
-      r.blocked = true;
+      markWaiting(r);
       return true;
     }
     record(r, after);

@@ -3,14 +3,8 @@ import { chmod, copyFile, lchown, mkdir, mkdtemp, readdir, rm, writeFile } from 
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { z } from 'zod/v4';
-import {
-  freePort,
-  guardSignals,
-  PostgresStartError,
-  STOP_GRACE_MS,
-  startPostmaster,
-  stopPostmaster,
-} from './start-postgres.js';
+import { PostgresStartError } from './postgres-start-error.js';
+import { freePort, guardSignals, STOP_GRACE_MS, startPostmaster, stopPostmaster } from './postmaster.js';
 import { withClient } from './test-database.js';
 
 /** How far a standby is behind its primary, in WAL positions and bytes. */

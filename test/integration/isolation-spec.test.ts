@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { runIsolationSpec } from '../../src/testing/run-isolation-spec.js';
+import { type RunIsolationSpecOptions, runIsolationSpec } from '../../src/testing/run-isolation-spec.js';
 import { useTestDatabase } from '../helpers.js';
 import { runMain } from './cli-support.js';
 
@@ -12,8 +12,14 @@ const { url } = await useTestDatabase();
 const file = (path: string): string => fileURLToPath(new URL(`../isolation/${path}`, import.meta.url));
 const read = (path: string): string => readFileSync(file(path), 'utf8');
 
-async function output(spec: string): Promise<string> {
-  const run = await runIsolationSpec(url, read(spec));
+async function output(spec: string, options: RunIsolationSpecOptions = {}): Promise<string> {
+  const run = await runIsolationSpec(url, read(spec), options);
+  if (run.isErr()) throw run.error;
+  return run.value.output;
+}
+
+async function outputOf(specText: string, options: RunIsolationSpecOptions = {}): Promise<string> {
+  const run = await runIsolationSpec(url, specText, options);
   if (run.isErr()) throw run.error;
   return run.value.output;
 }
@@ -32,6 +38,65 @@ describe("runIsolationSpec: PostgreSQL's own isolation tests give PostgreSQL's e
       expect(await output(`postgresql/${name}.spec`)).toBe(read(`postgresql/${name}.out`));
     });
   }
+});
+
+describe('runIsolationSpec: what isolationtester prints besides results (PostgreSQL 12 and later)', () => {
+  it('notices (before the step; for a blocked step, the later ones at its completion), NOTIFY, application_name, unused steps', async () => {
+    expect(await output('pg-txkit/notices-notify.spec', { testName: 'notices-notify' })).toBe(
+      read('pg-txkit/notices-notify.out'),
+    );
+  });
+
+  it("a `notices N` blocker is satisfied by the other session's notices", async () => {
+    const out = await outputOf(
+      `session c
+step c_lock { SELECT pg_advisory_lock(42); }
+step c_unlock { SELECT pg_advisory_unlock(42); }
+session s1
+step s1_work { DO $$ BEGIN RAISE NOTICE 'working'; PERFORM pg_advisory_lock(42); PERFORM pg_advisory_unlock(42); END $$; }
+session s2
+step s2_probe { SELECT 1 AS probe; }
+permutation c_lock s2_probe(s1_work notices 1) s1_work c_unlock`,
+      { blockTimeoutMs: 5_000 },
+    );
+    const lines = out.split('\n');
+    const at = (line: string) => lines.indexOf(line);
+    expect(at('step s2_probe: SELECT 1 AS probe; <waiting ...>')).toBeGreaterThan(0);
+    expect(at('s1: NOTICE:  working')).toBeGreaterThan(at('step s2_probe: SELECT 1 AS probe; <waiting ...>'));
+    expect(at('step s2_probe: <... completed>')).toBeGreaterThan(at('s1: NOTICE:  working'));
+    expect(at('step s1_work: <... completed>')).toBeGreaterThan(
+      at('step c_unlock: SELECT pg_advisory_unlock(42);'),
+    );
+  });
+
+  it("a FATAL prints libpq's text of the lost connection, as PostgreSQL's expected files show it", async () => {
+    const out = await outputOf(`session s1
+step s1_exit { SELECT pg_terminate_backend(pg_backend_pid()); }
+session s2
+step s2_check { SELECT 1 AS alive; }
+permutation s1_exit s2_check`);
+    expect(out).toContain(
+      [
+        'step s1_exit: SELECT pg_terminate_backend(pg_backend_pid());',
+        'FATAL:  terminating connection due to administrator command',
+        'FATAL:  terminating connection due to administrator command',
+        'server closed the connection unexpectedly',
+        '\tThis probably means the server terminated abnormally',
+        '\tbefore or while processing the request.',
+        '',
+        'step s2_check: SELECT 1 AS alive;',
+      ].join('\n'),
+    );
+  });
+
+  it("regressSettings: the startup settings of PostgreSQL's harness, which RESET returns to", async () => {
+    const out = await outputOf(
+      `session s1
+step s1_show { SET datestyle = ISO; RESET datestyle; SELECT current_setting('datestyle') AS d, current_setting('timezone') AS tz, current_setting('intervalstyle') AS i, current_setting('application_name') AS app; }`,
+      { regressSettings: true, testName: 'harness' },
+    );
+    expect(out).toContain('Postgres, MDY|America/Los_Angeles|postgres_verbose|isolation/harness/s1');
+  });
 });
 
 describe("runIsolationSpec: this library's patterns as specs", () => {
@@ -131,6 +196,20 @@ describe('pg-txkit isolation', () => {
       'postgres://u@127.0.0.1:1/x',
     ]);
     expect(down.code).toBe(3);
+    // four sessions of five steps and no permutation lines: refused before connecting (exit 2)
+    const huge = join(dir, 'huge.spec');
+    writeFileSync(
+      huge,
+      ['a', 'b', 'c', 'd']
+        .map(
+          (x) => `session ${x}\n${[1, 2, 3, 4, 5].map((i) => `step ${x}${i} { SELECT ${i}; }`).join('\n')}`,
+        )
+        .join('\n'),
+    );
+    const refused = await runMain(['isolation', huge, '--url', 'postgres://u@127.0.0.1:1/x']);
+    expect(refused).toMatchObject({ code: 2, stdout: '' });
+    expect(refused.stderr).toContain('11,732,745,024');
+    expect(refused.stderr).toContain('add permutation lines');
   });
 });
 

@@ -62,6 +62,8 @@ describe('Schedule (isolation tester semantics)', () => {
       rowCount: 1,
       results: [{ command: 'UPDATE', rowCount: 1, columns: [], values: [] }],
       notices: [],
+      notifications: [],
+      noticesBeforeWaiting: 0,
       completedAfter: 6,
       completionOrder: 6,
     });

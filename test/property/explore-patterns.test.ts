@@ -161,18 +161,21 @@ describe('explore(): every interleaving of each pattern against its naive versio
       [
         '0 t1: begin -> ok',
         "1 t1: select set_config('app.enough', (balance >= 70)::text, fals… -> ok [set_config=true]",
-        '2 t1: update acct set balance = balance - 70 where id = 1 and cur… -> ok 1 row',
-        '3 t2: begin -> ok',
-        "4 t2: select set_config('app.enough', (balance >= 70)::text, fals… -> ok [set_config=true]",
-        '5 t1: commit -> ok',
-        '6 t2: update acct set balance = balance - 70 where id = 1 and cur… -> ok 1 row',
-        '7 t2: commit -> ok',
+        '2 t2: begin -> ok',
+        "3 t2: select set_config('app.enough', (balance >= 70)::text, fals… -> ok [set_config=true]",
+        '4 t2: update acct set balance = balance - 70 where id = 1 and cur… -> ok 1 row',
+        '5 t2: commit -> ok',
+        '6 t1: update acct set balance = balance - 70 where id = 1 and cur… -> ok 1 row',
+        '7 t1: commit -> ok',
         '=> the balance went negative: -40',
       ].join('\n'),
     );
+    // the serial orders (1 switch) ran first and passed; this one has the fewest switches that fail
+    expect(naive.counterexample).toMatchObject({ switches: 2, minimal: true });
+    expect(naive.runs).toBe(4);
   });
 
-  it('samples with fast-check beyond exhaustiveLimit and shrinks to a minimal failing interleaving', async () => {
+  it('samples with fast-check beyond exhaustiveLimit, then reports a failing order with the fewest switches', async () => {
     const report = await explore({
       url,
       ...withdrawal,
@@ -184,13 +187,30 @@ describe('explore(): every interleaving of each pattern against its naive versio
     });
     expect(report).toMatchObject({ passed: false, exhaustive: false });
     expect(report.counterexample?.reason).toBe('the balance went negative: -40');
-    // shrunk towards the serial order (fast-check's shrinking of the interleaving's rank); the same
-    // seed gives the same interleaving. Its essence: t2 checks the balance before t1 commits.
+    // t2 runs wholly between t1's check and its write: 2 switches, and none with fewer fails
     const order =
       report.counterexample?.interleaving.map(([s, step]) => `${s}:${String(step).slice(0, 6)}`) ?? [];
     expect(order.join(' ')).toBe(
-      't1:begin t2:begin t1:select t1:update t2:select t1:commit t2:update t2:commit',
+      't1:begin t1:select t2:begin t2:select t2:update t2:commit t1:update t1:commit',
     );
-    expect(order.indexOf('t2:select')).toBeLessThan(order.indexOf('t1:commit'));
+    expect(report.counterexample).toMatchObject({ switches: 2, minimal: true });
   });
+
+  it('the read-then-write lost update is reported with 2 context switches, whatever the seed', async () => {
+    const seen: { seed: number; switches: number | undefined; runs: number }[] = [];
+    for (let seed = 1; seed <= 20; seed++) {
+      const report = await explore({
+        url,
+        ...withdrawal,
+        sessions: { t1: naiveWithdraw, t2: naiveWithdraw },
+        exhaustiveLimit: 0,
+        fc,
+        numRuns: 40,
+        seed,
+      });
+      seen.push({ seed, switches: report.counterexample?.switches, runs: report.runs });
+      expect(report.counterexample?.minimal).toBe(true);
+    }
+    expect(seen.filter((s) => s.switches !== 2)).toEqual([]);
+  }, 120_000);
 });

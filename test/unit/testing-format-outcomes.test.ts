@@ -11,6 +11,7 @@ const ok = (session: string, sql: string, extra: Partial<StepOutcome> = {}): Ste
   rowCount: null,
   results: [],
   notices: [],
+  notifications: [],
   completionOrder: 0,
   ...extra,
 });
@@ -37,6 +38,7 @@ describe('formatOutcomes()', () => {
         rowCount: null,
         results: [],
         notices: [],
+        notifications: [],
         completionOrder: 0,
         code: '40001',
         message: 'could not serialize access due to concurrent update',
@@ -84,6 +86,7 @@ describe('formatOutcomes()', () => {
         rowCount: null,
         results: [],
         notices: [],
+        notifications: [],
         completionOrder: 0,
         message: 'boom',
       },

@@ -1,6 +1,15 @@
 import { describe, expect, it } from 'vitest';
 import { formatResultSet } from '../../src/testing/format-result-set.js';
-import { parseIsolationSpec, specPermutations } from '../../src/testing/isolation-spec.js';
+import {
+  eachSpecPermutation,
+  MAX_SPEC_PERMUTATIONS,
+  parseIsolationSpec,
+  SpecTooManyPermutations,
+  specPermutationCount,
+  specPermutations,
+  unusedSteps,
+} from '../../src/testing/isolation-spec.js';
+import { runIsolationSpec } from '../../src/testing/run-isolation-spec.js';
 
 const SPEC = `# a comment
 setup { CREATE TABLE t (id int); }
@@ -109,6 +118,61 @@ describe('specPermutations()', () => {
       'a1 b1 a2',
       'b1 a1 a2',
     ]);
+  });
+});
+
+/** Four sessions of five steps and no permutation lines: 20! / (5!)^4 orders. */
+const HUGE = ['a', 'b', 'c', 'd']
+  .map((s) => `session ${s}\n${[1, 2, 3, 4, 5].map((i) => `step ${s}${i} { SELECT ${i}; }`).join('\n')}`)
+  .join('\n');
+
+describe('permutations of a spec without permutation lines: counted, generated lazily, refused above the bound', () => {
+  const spec = parseIsolationSpec(HUGE)._unsafeUnwrap();
+
+  it('counts them without building them', () => {
+    expect(specPermutationCount(spec)).toBe(11_732_745_024n);
+    const small = parseIsolationSpec(SPEC)._unsafeUnwrap();
+    expect(specPermutationCount(small)).toBe(BigInt(specPermutations(small).length));
+  });
+
+  it('generates them one at a time, in the isolation tester order', () => {
+    const first: string[] = [];
+    for (const p of eachSpecPermutation(spec)) {
+      first.push(p.map((s) => s.step).join(' '));
+      if (first.length === 2) break;
+    }
+    expect(first).toEqual([
+      'a1 a2 a3 a4 a5 b1 b2 b3 b4 b5 c1 c2 c3 c4 c5 d1 d2 d3 d4 d5',
+      'a1 a2 a3 a4 a5 b1 b2 b3 b4 b5 c1 c2 c3 c4 d1 c5 d2 d3 d4 d5',
+    ]);
+  });
+
+  it('specPermutations() throws SpecTooManyPermutations instead of running out of memory', () => {
+    expect(() => specPermutations(spec)).toThrow(SpecTooManyPermutations);
+  });
+
+  it('runIsolationSpec() refuses it before connecting, with the count and what to do', async () => {
+    // nothing listens on port 1: a connection attempt would be a SpecRunError
+    const run = await runIsolationSpec('postgres://127.0.0.1:1/none', HUGE);
+    expect(run.isErr()).toBe(true);
+    const error = run._unsafeUnwrapErr();
+    expect(error).toBeInstanceOf(SpecTooManyPermutations);
+    expect(error).toMatchObject({ permutations: 11_732_745_024n, limit: MAX_SPEC_PERMUTATIONS });
+    expect(error.message).toContain('11,732,745,024');
+    expect(error.message).toContain('add permutation lines');
+  });
+
+  it('unusedSteps(): the steps no permutation line uses, in byte order, only when permutations are listed', () => {
+    const listed = parseIsolationSpec(`session s1
+step s3_r { SELECT 1; }
+step s3_del_a { SELECT 2; }
+step B { SELECT 3; }
+step used { SELECT 4; }
+session s2
+step z { SELECT 5; }
+permutation used z`)._unsafeUnwrap();
+    expect(unusedSteps(listed)).toEqual(['B', 's3_del_a', 's3_r']);
+    expect(unusedSteps(spec)).toEqual([]);
   });
 });
 
