@@ -41,7 +41,7 @@ export type {
   WriteOp,
 } from './history/history.js';
 export { HistoryError, type HistoryErrorReason } from './history/history-error.js';
-export type { RecordedTransaction } from './history/history-recorder.js';
+export type { HistoryRecorder, RecordedTransaction } from './history/history-recorder.js';
 export { ListAppendRecorder, type ListAppendTransaction } from './history/list-append-recorder.js';
 export { RegisterRecorder, type RegisterTransaction } from './history/register-recorder.js';
 export {

@@ -354,7 +354,9 @@ export const MAX_SPEC_PERMUTATIONS = 10_000;
  * refused before anything is sent. Add `permutation` lines naming the orders worth running.
  */
 export class SpecTooManyPermutations extends Error {
+  /** The class name, for stack traces and logs. */
   override readonly name = 'SpecTooManyPermutations';
+  /** Discriminant, `'SpecTooManyPermutations'`. */
   readonly kind = 'SpecTooManyPermutations' as const;
   /** How many interleavings the steps have. */
   readonly permutations: bigint;

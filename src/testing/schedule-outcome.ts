@@ -66,7 +66,10 @@ export interface StepOutcome {
 
 /** A NOTIFY message a session received: its channel, payload and the sending backend's pid. */
 export interface StepNotification {
+  /** The channel it was sent on (the name given to NOTIFY and LISTEN). */
   readonly channel: string;
+  /** The payload, as sent (`''` when NOTIFY gave none). */
   readonly payload: string;
+  /** The process id (pid) of the backend that sent it, as `pg_backend_pid()` reports it there. */
   readonly processId: number;
 }

@@ -52,9 +52,13 @@ export type AnomalyType =
 
 /** One dependency of a cycle: `from` must precede `to` in any serial order, because of `kind`. */
 export interface DependencyStep {
+  /** The transaction that must come first: its 0-based index in the history (`T<from>` in explanations). */
   readonly from: number;
+  /** The transaction that must come after it: its 0-based index in the history. */
   readonly to: number;
+  /** Why `from` precedes `to`: `ww`, `wr` or `rw` on `key`, or `realtime` or `process` order. */
   readonly kind: DependencyKind;
+  /** The key whose versions make the dependency; absent for `realtime` and `process` steps. */
   readonly key?: HistoryKey;
   /** The version `from` wrote or read (`null`: the initial state). */
   readonly value?: HistoryValue | readonly HistoryValue[] | null;
@@ -68,9 +72,14 @@ export interface DependencyStep {
  * the others) and a sentence-by-sentence explanation.
  */
 export interface Anomaly {
+  /** Which anomaly (see {@link AnomalyType}). */
   readonly type: AnomalyType;
+  /** The transactions involved, as 0-based indexes into the history; for a cycle, in cycle order. */
   readonly transactions: readonly number[];
+  /** The dependencies that close the cycle, in order; present for the cycle types only. */
   readonly cycle?: readonly DependencyStep[];
+  /** The key concerned; absent for the cycle types (each step of `cycle` names its own key). */
   readonly key?: HistoryKey;
+  /** What happened, in plain sentences naming the transactions `T<index>`, keys and values. */
   readonly explanation: string;
 }

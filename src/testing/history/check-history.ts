@@ -38,6 +38,7 @@ export type CheckHistoryOptions = z.input<typeof checkHistoryOptionsSchema>;
 export interface HistoryCheck {
   /** The history shows none of the anomalies `model` forbids. */
   readonly valid: boolean;
+  /** The model that was decided (the option, or `'serializable'` when none was given). */
   readonly model: ConsistencyModel;
   /** Every anomaly found (one cycle per type and component), forbidden by `model` or not. */
   readonly anomalies: readonly Anomaly[];
@@ -52,8 +53,12 @@ export interface HistoryCheck {
   readonly satisfies: readonly ConsistencyModel[];
   /** Session order was checked (`processOrder`): `valid` and `satisfies` are then the strong-session variants. */
   readonly processOrder: boolean;
-  /** How many transactions, and how many dependencies were inferred between them. */
+  /** How many transactions the history holds (whatever their outcome). */
   readonly transactions: number;
+  /**
+   * How many dependencies were inferred between them: every ww, wr and rw edge, with the real-time
+   * and session-order edges when those were checked (a pair linked for two keys counts twice).
+   */
   readonly dependencies: number;
 }
 

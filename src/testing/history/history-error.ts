@@ -25,7 +25,9 @@ export type HistoryErrorReason =
  * }
  */
 export class HistoryError extends Error {
+  /** The class name, for stack traces and logs. */
   override readonly name = 'HistoryError';
+  /** Discriminant, `'HistoryError'`. */
   readonly kind = 'HistoryError' as const;
   /** Why. */
   readonly reason: HistoryErrorReason;

@@ -64,7 +64,8 @@ export class RecordedTransaction<Op> {
 
 /**
  * What the two recorders share: a clock (a counter shared by every transaction, so `start` and `end`
- * give real-time order) and the transactions in the order they began.
+ * give real-time order) and the transactions in the order they began. Not made directly: use
+ * {@link ListAppendRecorder} or {@link RegisterRecorder}.
  */
 export class HistoryRecorder<Op, T extends RecordedTransaction<Op>> {
   #tick = 0;
@@ -75,7 +76,14 @@ export class HistoryRecorder<Op, T extends RecordedTransaction<Op>> {
     this.#create = create;
   }
 
-  /** Starts recording a transaction of `process` (call it just before BEGIN is sent). */
+  /**
+   * Starts recording a transaction of `process`, the client that runs it (call it just before BEGIN
+   * is sent: that tick is its `start`).
+   *
+   * @example
+   * const t = recorder.begin('client-1');
+   * t.read('x', null).write('x', 1).commit();
+   */
   begin(process: string | number): T {
     const t = this.#create(process, () => this.#tick++);
     this.#transactions.push(t);

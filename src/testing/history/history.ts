@@ -28,29 +28,41 @@ export const TX_OUTCOMES = ['commit', 'abort', 'unknown'] as const satisfies rea
 
 /** An append of `value` to the list at `key`. */
 export interface AppendOp {
+  /** The operation: `'append'`. */
   readonly f: 'append';
+  /** The list appended to. */
   readonly key: HistoryKey;
+  /** The element appended: unique for this key within the history. */
   readonly value: HistoryValue;
 }
 
 /** A read of the list at `key`: its elements in order (`[]` or `null`: the key had no list yet). */
 export interface ListReadOp {
+  /** The operation: `'read'`. */
   readonly f: 'read';
+  /** The list read. */
   readonly key: HistoryKey;
+  /** The elements the read returned, in list order; `[]` or `null` when the key had no list yet. */
   readonly value: readonly HistoryValue[] | null;
 }
 
 /** A write of `value` to the register at `key`. */
 export interface WriteOp {
+  /** The operation: `'write'`. */
   readonly f: 'write';
+  /** The register written. */
   readonly key: HistoryKey;
+  /** The value written: unique for this key within the history. */
   readonly value: HistoryValue;
 }
 
 /** A read of the register at `key` (`null`: the key had no value yet, its initial state). */
 export interface RegisterReadOp {
+  /** The operation: `'read'`. */
   readonly f: 'read';
+  /** The register read. */
   readonly key: HistoryKey;
+  /** The value the read returned; `null` when the key had no value yet. */
   readonly value: HistoryValue | null;
 }
 
@@ -67,22 +79,47 @@ export type RegisterOp = WriteOp | RegisterReadOp;
  * began).
  */
 export interface HistoryTransaction<Op> {
+  /** How it ended, as its client saw it. */
   readonly outcome: TxOutcome;
+  /** Its operations, in the order it ran them (a read records what the statement returned). */
   readonly ops: readonly Op[];
+  /**
+   * The client that ran it. Required by the `processOrder` option on every transaction that did not
+   * abort; otherwise it may be absent.
+   */
   readonly process?: string | number;
+  /**
+   * When it began (just before BEGIN was sent), on a clock shared by all clients: any finite numbers
+   * (the recorders count ticks; not milliseconds). Required by the `'strict-serializable'` model on
+   * every transaction that did not abort; otherwise it may be absent.
+   */
   readonly start?: number;
+  /**
+   * When its client learned the outcome, on the same clock (not before `start`). Required by
+   * `'strict-serializable'` on committed transactions; absent when the client never saw it end.
+   */
   readonly end?: number;
 }
 
 /** A list-append history. */
 export interface ListAppendHistory {
+  /** The workload: `'list-append'`. */
   readonly workload: 'list-append';
+  /**
+   * The transactions; anomalies name them by their index here (`T<index>`). With `processOrder` and
+   * no `start`, a client's transactions are taken in this order.
+   */
   readonly transactions: readonly HistoryTransaction<ListAppendOp>[];
 }
 
 /** A read-write-register history. */
 export interface RegisterHistory {
+  /** The workload: `'rw-register'`. */
   readonly workload: 'rw-register';
+  /**
+   * The transactions; anomalies name them by their index here (`T<index>`). With `processOrder` and
+   * no `start`, a client's transactions are taken in this order.
+   */
   readonly transactions: readonly HistoryTransaction<RegisterOp>[];
 }
 

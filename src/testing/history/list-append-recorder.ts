@@ -1,7 +1,7 @@
 import type { HistoryKey, HistoryValue, ListAppendHistory, ListAppendOp } from './history.js';
 import { HistoryRecorder, RecordedTransaction } from './history-recorder.js';
 
-/** A list-append transaction being recorded: {@link ListAppendRecorder.begin}. */
+/** A list-append transaction being recorded: what {@link HistoryRecorder.begin} returns on a {@link ListAppendRecorder}. */
 export class ListAppendTransaction extends RecordedTransaction<ListAppendOp> {
   /** It appended `value` to the list at `key` (the statement returned). */
   append(key: HistoryKey, value: HistoryValue): this {

@@ -1,7 +1,7 @@
 import type { HistoryKey, HistoryValue, RegisterHistory, RegisterOp } from './history.js';
 import { HistoryRecorder, RecordedTransaction } from './history-recorder.js';
 
-/** A read-write-register transaction being recorded: {@link RegisterRecorder.begin}. */
+/** A read-write-register transaction being recorded: what {@link HistoryRecorder.begin} returns on a {@link RegisterRecorder}. */
 export class RegisterTransaction extends RecordedTransaction<RegisterOp> {
   /** It wrote `value` to `key` (the statement returned). */
   write(key: HistoryKey, value: HistoryValue): this {
