@@ -8,12 +8,14 @@ import {
   type ConsistencyModel,
   checkHistory,
   type HistoryCheck,
+  type HistoryRecorder,
   type HistoryTransaction,
   type ListAppendHistory,
   type ListAppendOp,
   ListAppendRecorder,
   type ListAppendTransaction,
   type RegisterHistory,
+  type RegisterOp,
   RegisterRecorder,
   type RegisterTransaction,
 } from '../../src/testing/index.js';
@@ -45,6 +47,9 @@ describe('checkHistory and the recorders: public types', () => {
       expectTypeOf(la.begin('p')).toEqualTypeOf<ListAppendTransaction>();
       expectTypeOf(la.history()).toEqualTypeOf<ListAppendHistory>();
       expectTypeOf(la.history().transactions).toEqualTypeOf<readonly HistoryTransaction<ListAppendOp>[]>();
+      // begin() is documented once, on the recorders' base, exported as a type
+      expectTypeOf(la).toExtend<HistoryRecorder<ListAppendOp, ListAppendTransaction>>();
+      expectTypeOf(new RegisterRecorder()).toExtend<HistoryRecorder<RegisterOp, RegisterTransaction>>();
       // @ts-expect-error: registers are written, not appended to
       new RegisterRecorder().begin('p').append('x', 1);
       expectTypeOf(new RegisterRecorder().begin('p')).toEqualTypeOf<RegisterTransaction>();
