@@ -386,10 +386,12 @@ export class TxAttempt {
     this.#busy = true;
     const [text, values] = args;
     try {
+      // pg's own merge: a config object with `values` given beside it gets those values (they win over
+      // the config's). drizzle's node-postgres session sends its queries this way.
       const result =
-        typeof text === 'string'
-          ? await this.client.query<R>(text, values as unknown[] | undefined)
-          : await this.client.query<R>(text);
+        values === undefined
+          ? await this.client.query<R>(text as pg.QueryConfig)
+          : await this.client.query<R>(text as pg.QueryConfig, values as unknown[]);
       if (fromScope) this.#checkStillInTransaction();
       return result;
     } catch (error) {

@@ -9,6 +9,10 @@ export interface Queryable {
   query<R extends pg.QueryResultRow = Record<string, unknown>>(
     config: pg.QueryConfig,
   ): Promise<pg.QueryResult<R>>;
+  query<R extends pg.QueryResultRow = Record<string, unknown>>(
+    config: pg.QueryConfig,
+    values: readonly unknown[] | undefined,
+  ): Promise<pg.QueryResult<R>>;
 }
 
 /** Transaction isolation levels PostgreSQL implements (`read uncommitted` behaves as read committed). */
