@@ -1,0 +1,37 @@
+import pg from 'pg';
+import type { TxManager } from '../../tx/tx-manager.js';
+import { type DrizzlePropagation, DrizzleTransactionClient } from './drizzle-transaction-client.js';
+
+/**
+ * The `client` `drizzleClient(tm)` gives to `drizzle({ client })`: a `pg.Pool` by type and by class
+ * (drizzle's node-postgres session treats a pool's `transaction()` as "check out a client, BEGIN …
+ * COMMIT on it"), that never opens a connection of its own:
+ * - `query(…)` runs on `tm.db()`: the transaction of the calling async context inside `tm.do`, else
+ *   the manager's pool;
+ * - `connect()` is drizzle's `transaction()`: it returns a {@link DrizzleTransactionClient}, which turns
+ *   drizzle's BEGIN / COMMIT / ROLLBACK into a scope of the manager.
+ * The pool to configure, watch and `end()` is the one the `TxManager` was made with.
+ *
+ * @example
+ * const db = drizzle({ client: new DrizzleTxPool(tm, 'required') });
+ */
+export class DrizzleTxPool<C extends Record<string, unknown>> extends pg.Pool {
+  constructor(tm: TxManager<C>, propagation: DrizzlePropagation) {
+    // The options are the manager pool's, for whoever reads `db.$client.options`; no client is ever made.
+    super(tm.pool.options);
+    // Own properties, like TxManager's strict guard: pg.Pool's overloads (callbacks, submittables) are
+    // not drizzle's; drizzle calls query(text | config, values) and connect().
+    Object.defineProperty(this, 'query', {
+      configurable: true,
+      writable: true,
+      value: (config: string | pg.QueryConfig, values?: readonly unknown[]): Promise<pg.QueryResult> =>
+        tm.db().query(typeof config === 'string' ? { text: config } : config, values),
+    });
+    Object.defineProperty(this, 'connect', {
+      configurable: true,
+      writable: true,
+      value: (): Promise<DrizzleTransactionClient<C>> =>
+        Promise.resolve(new DrizzleTransactionClient(tm, propagation)),
+    });
+  }
+}
