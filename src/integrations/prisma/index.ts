@@ -1,0 +1,7 @@
+// Public surface of 'pg-txkit/prisma' (re-exports only).
+export {
+  type PrismaAdapterOptions,
+  type PrismaPgOptions,
+  type PrismaPropagation,
+  prismaAdapter,
+} from './prisma-adapter.js';
