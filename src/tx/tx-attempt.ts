@@ -11,6 +11,7 @@ import {
 } from '../errors/index.js';
 import type { HookRunner } from './hooks.js';
 import { commitFailure, type RetryMode } from './retryable.js';
+import { controlStatements } from './transaction-control.js';
 import type { TransactionStatuses } from './transaction-status.js';
 import type { TxSettings } from './tx-options.js';
 import { TxUsageError } from './tx-usage-error.js';
@@ -106,6 +107,8 @@ export class TxAttempt {
   #savepoints = 0;
   /** Scopes whose SAVEPOINT is open, innermost last. */
   readonly #open: AttemptScope[] = [];
+  /** For each entry of {@link TxAttempt.#open}: the user's own savepoints set inside that scope. */
+  readonly #userSavepoints: Set<string>[] = [];
   /** A query is in flight on the client; the next ones wait in {@link TxAttempt.#waiting}. */
   #busy = false;
   readonly #waiting: (() => void)[] = [];
@@ -244,6 +247,8 @@ export class TxAttempt {
         ),
       );
     }
+    const refusal = this.#refuseControl(args[0]);
+    if (refusal !== undefined) return Promise.reject(this.#misused(refusal));
     return this.#send<R>(args, true);
   }
 
@@ -255,11 +260,14 @@ export class TxAttempt {
   /** A `nested` scope's SAVEPOINT is open: until {@link TxAttempt.closeSavepoint}, only it may query. */
   openSavepoint(owner: AttemptScope): void {
     this.#open.push(owner);
+    this.#userSavepoints.push(new Set());
   }
 
   closeSavepoint(owner: AttemptScope): void {
     const at = this.#open.lastIndexOf(owner);
-    if (at !== -1) this.#open.splice(at, 1);
+    if (at === -1) return;
+    this.#open.splice(at, 1);
+    this.#userSavepoints.splice(at, 1);
   }
 
   /** COMMIT (unless the attempt may not), release, hooks. Decides what a failed COMMIT means. */
@@ -405,15 +413,73 @@ export class TxAttempt {
     }
   }
 
-  /** A statement a scope sent left the server outside any transaction: COMMIT/ROLLBACK through tx.query. */
+  /**
+   * Refuses, before anything is sent, a query whose text holds a statement that would start or end the
+   * transaction (see {@link controlStatements}), or a savepoint statement that would break the
+   * manager's own savepoints: one naming them (`pg_txkit_sp_N`), or — inside a `nested` scope — a
+   * RELEASE / ROLLBACK TO of a savepoint set before the scope's own (PostgreSQL would release or roll
+   * back the scope's savepoint with it). The user's own SAVEPOINT / RELEASE / ROLLBACK TO are allowed
+   * otherwise: they do not end the transaction.
+   */
+  #refuseControl(textOrConfig: string | pg.QueryConfig): TxUsageError | undefined {
+    const text = typeof textOrConfig === 'string' ? textOrConfig : textOrConfig.text;
+    if (typeof text !== 'string') return undefined;
+    const statements = controlStatements(text);
+    if (statements.length === 0) return undefined;
+    const ownedHere = this.#userSavepoints.at(-1);
+    const added: string[] = [];
+    let refusal: TxUsageError | undefined;
+    for (const statement of statements) {
+      if (statement.type === 'control') {
+        refusal = new TxUsageError(
+          'transaction-control',
+          `a statement sent through tx.query would end or start a transaction (${JSON.stringify(statement.statement)}); ` +
+            'nothing was sent. The manager owns BEGIN/COMMIT/ROLLBACK: return a value to commit, return err(…) ' +
+            "or throw to roll back; use propagation 'nested' for a savepoint.",
+        );
+        break;
+      }
+      if (statement.name.startsWith('pg_txkit_sp_')) {
+        refusal = new TxUsageError(
+          'transaction-control',
+          `${JSON.stringify(statement.statement)} names a savepoint of the transaction manager (pg_txkit_sp_…); ` +
+            'nothing was sent. Name your own savepoints otherwise.',
+        );
+        break;
+      }
+      if (statement.type === 'savepoint') {
+        if (ownedHere !== undefined && !ownedHere.has(statement.name)) {
+          ownedHere.add(statement.name);
+          added.push(statement.name);
+        }
+      } else if (ownedHere !== undefined && !ownedHere.has(statement.name)) {
+        refusal = new TxUsageError(
+          'transaction-control',
+          `${JSON.stringify(statement.statement)} inside a nested scope names a savepoint set outside it: it ` +
+            "would also release or roll back the scope's own savepoint. Nothing was sent; return err(…) or " +
+            'throw to roll the scope back.',
+        );
+        break;
+      }
+    }
+    if (refusal !== undefined) for (const name of added) ownedHere?.delete(name);
+    return refusal;
+  }
+
+  /**
+   * A backstop: a statement a scope sent left the server outside any transaction. Every statement
+   * PostgreSQL has that ends a transaction block is refused before it is sent, and none can run inside
+   * another statement (a function cannot COMMIT; a procedure that COMMITs is refused by the server
+   * inside a transaction block), so this reports a gap in that refusal if one ever shows up.
+   */
   #checkStillInTransaction(): void {
     if (this.#broken || this.#closed) return;
     if (this.#context.statuses.of(this.client) !== 'I') return;
     throw this.#misused(
       new TxUsageError(
         'transaction-control',
-        'a statement sent through tx.query ended the transaction (COMMIT, ROLLBACK, END, ABORT or PREPARE ' +
-          'TRANSACTION): the manager owns BEGIN/COMMIT/ROLLBACK. Return a value to commit, return err(…) or ' +
+        'a statement sent through tx.query ended the transaction although it was not recognised as ' +
+          'transaction control before it was sent: the manager owns BEGIN/COMMIT/ROLLBACK. Return a value to commit, return err(…) or ' +
           "throw to roll back; use propagation 'nested' for a savepoint.",
       ),
     );
