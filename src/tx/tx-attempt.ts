@@ -20,6 +20,9 @@ import type { AfterCommit } from './types.js';
 /** SQLSTATE 25P02 in_failed_sql_transaction: "current transaction is aborted, commands ignored …". */
 const IN_FAILED_TRANSACTION = '25P02';
 
+/** How many `cause` links {@link TxAttempt.failureOf} follows from a thrown error to a driver error. */
+const CAUSE_DEPTH = 8;
+
 /** pg's messages for a query it refused to send (the client already knew its connection was dead). */
 const NOT_SENT = [
   'Client has encountered a connection error and is not queryable',
@@ -182,15 +185,32 @@ export class TxAttempt {
   }
 
   /**
-   * The database failure `error` stands for, when it is one: an error pg raised for this attempt's
-   * queries, pg-txkit's own database error, or (structurally) pg's DatabaseError. Anything else a
-   * callback throws — an HTTP client's ECONNRESET, a message that merely mentions a timeout, a plain
-   * object with a SQLSTATE-like `code` — is not, and `undefined` comes back.
+   * The database failure `error` stands for, when it is one — the ONE place an error a callback or a
+   * query threw is classified or left to be rethrown unchanged:
+   * - pg-txkit's own database error, or (structurally) pg's DatabaseError;
+   * - an error pg raised for this attempt's queries, found by identity, also when a query builder
+   *   wrapped it: the `cause` chain is followed (at most {@link CAUSE_DEPTH} links, cycles stop it);
+   * - an error that REPLACES pg's (a builder that converts it, as Prisma does, without a cause), when
+   *   the transaction cannot commit because of the last driver error this attempt's queries raised:
+   *   the server aborted it (status 'E'), or that error doomed it. That recorded error decides.
+   * Anything else a callback throws — an HTTP client's ECONNRESET while the transaction is healthy, a
+   * message that merely mentions a timeout, a plain object with a SQLSTATE-like `code`, a wrapper around
+   * another connection's error — is not, and `undefined` comes back.
    */
   failureOf(error: unknown): DatabaseFailure | undefined {
     if (error instanceof TxKitError) return classify(error);
-    if (typeof error !== 'object' || error === null) return undefined;
-    if (this.#driverErrors.has(error) || looksLikeDatabaseError(error)) return classify(error);
+    if (typeof error !== 'object' || error === null || error instanceof TxUsageError) return undefined;
+    if (looksLikeDatabaseError(error)) return classify(error);
+    const seen = new Set<object>();
+    let link: unknown = error;
+    for (let depth = 0; depth <= CAUSE_DEPTH && typeof link === 'object' && link !== null; depth++) {
+      if (seen.has(link)) break;
+      seen.add(link);
+      if (this.#driverErrors.has(link)) return classify(link);
+      link = (link as { cause?: unknown }).cause;
+    }
+    const recorded = this.#lastFailure;
+    if (recorded !== undefined && (this.#doom === recorded || this.aborted)) return recorded;
     return undefined;
   }
 
@@ -499,6 +519,7 @@ export class TxAttempt {
     if (this.#broken && NOT_SENT.some((m) => (error as { message?: unknown }).message === m)) {
       const reason = this.brokenFailure();
       this.doomWith(reason);
+      this.#driverErrors.add(reason);
       return reason;
     }
     if (failure.kind === 'ConnectionLost' || failure.kind === 'QueryTimeout' || isConnectionError(error)) {
@@ -506,7 +527,10 @@ export class TxAttempt {
       this.markBroken(error);
     }
     const code = (error as { code?: unknown }).code;
-    if (code === IN_FAILED_TRANSACTION && this.#lastFailure !== undefined) return this.#lastFailure;
+    if (code === IN_FAILED_TRANSACTION && this.#lastFailure !== undefined) {
+      this.#driverErrors.add(this.#lastFailure);
+      return this.#lastFailure;
+    }
     this.#lastFailure = failure;
     if (failure.kind === 'ReadOnlyTransaction' && !this.settings.readOnly) this.#readOnlyServer = true;
     if (

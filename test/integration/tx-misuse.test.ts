@@ -181,7 +181,7 @@ describe('transaction control through tx.query', () => {
       expect(outcome).toEqual({ error: expect.any(TxUsageError) });
       expect((outcome as { error: TxUsageError }).error.reason).toBe('transaction-control');
       // The last statement is the manager's own ROLLBACK; the refused one never reached the server.
-    expect(sent.slice(0, -1)).not.toContain(statement);
+      expect(sent.slice(0, -1)).not.toContain(statement);
       expect(sent.filter((t) => t.startsWith('INSERT'))).toEqual(['INSERT INTO m VALUES (1)']);
       expect(sent.at(-1)).toBe('ROLLBACK');
       expect(rows).toEqual([]);
@@ -289,6 +289,139 @@ describe('transaction control through tx.query', () => {
         (error: unknown) => ({ error }),
       );
     expect((outcome as { error: TxUsageError }).error.reason).toBe('transaction-control');
+    expect(await count()).toBe(0);
+  });
+});
+
+describe('an error a query builder wraps or replaces', () => {
+  /** What a builder does with pg's error: drizzle keeps it as `cause`, possibly wrapped again. */
+  class BuilderQueryError extends Error {
+    constructor(message: string, options: { cause: unknown }) {
+      super(message, options);
+    }
+  }
+
+  it('a 40001 wrapped (twice) by a builder is classified and retried', async () => {
+    const tm = new TxManager(pool, { defaults: noBackoff });
+    let calls = 0;
+    const result = await tm.do(async (tx) => {
+      calls++;
+      if (calls === 1) {
+        try {
+          await tx.query("DO $$ BEGIN RAISE EXCEPTION 'conflict' USING ERRCODE = '40001'; END $$");
+        } catch (error) {
+          throw new BuilderQueryError('outer', {
+            cause: new BuilderQueryError('Failed query', { cause: error }),
+          });
+        }
+      }
+      await tx.query('INSERT INTO m VALUES ($1)', [calls]);
+      return calls;
+    });
+    expect(result._unsafeUnwrap()).toBe(2);
+    expect(await count()).toBe(1);
+  });
+
+  it('a wrapped unique violation comes back as UniqueViolation', async () => {
+    await pool.query('INSERT INTO m VALUES (1)');
+    const tm = new TxManager(pool);
+    const result = await tm.do(async (tx) => {
+      try {
+        await tx.query('INSERT INTO m VALUES (1)');
+      } catch (error) {
+        throw new BuilderQueryError('Failed query: insert into m', { cause: error });
+      }
+    });
+    expect(result._unsafeUnwrapErr()).toMatchObject({ kind: 'UniqueViolation', constraint: 'm_pkey' });
+  });
+
+  it("a wrapper around ANOTHER connection's database error is not this transaction's: it rejects unchanged", async () => {
+    const elsewhere = await pool
+      .query("DO $$ BEGIN RAISE EXCEPTION 'conflict' USING ERRCODE = '40001'; END $$")
+      .catch((error: unknown) => error);
+    const tm = new TxManager(pool, { defaults: noBackoff });
+    const thrown = new BuilderQueryError('Failed query', { cause: elsewhere });
+    let calls = 0;
+    const outcome = await tm
+      .do(async (tx) => {
+        calls++;
+        await tx.query('INSERT INTO m VALUES (1)');
+        throw thrown;
+      })
+      .then(
+        (value) => ({ value }),
+        (error: unknown) => ({ error }),
+      );
+    expect(calls).toBe(1);
+    expect((outcome as { error: unknown }).error).toBe(thrown);
+    expect(await count()).toBe(0);
+  });
+
+  it('a cycle in the cause chain ends the search (rejects unchanged)', async () => {
+    const tm = new TxManager(pool);
+    const a = new Error('a') as Error & { cause?: unknown };
+    const b = new Error('b', { cause: a });
+    a.cause = b;
+    const outcome = await tm
+      .do(async () => {
+        throw a;
+      })
+      .then(
+        (value) => ({ value }),
+        (error: unknown) => ({ error }),
+      );
+    expect((outcome as { error: unknown }).error).toBe(a);
+  });
+
+  it("an error that REPLACES pg's (no cause) after the transaction aborted is decided from the recorded driver error: retried", async () => {
+    const tm = new TxManager(pool, { defaults: noBackoff });
+    let calls = 0;
+    const result = await tm.do(async (tx) => {
+      calls++;
+      if (calls === 1) {
+        await tx.query("DO $$ BEGIN RAISE EXCEPTION 'conflict' USING ERRCODE = '40001'; END $$").catch(() => {
+          // What Prisma does: pg's error becomes its own (P2034), without a cause.
+          throw Object.assign(new Error('Transaction failed due to a write conflict'), { code: 'P2034' });
+        });
+      }
+      await tx.query('INSERT INTO m VALUES ($1)', [calls]);
+      return calls;
+    });
+    expect(result._unsafeUnwrap()).toBe(2);
+  });
+
+  it('a replaced unique violation comes back through the constraints map', async () => {
+    await pool.query('INSERT INTO m VALUES (1)');
+    class Taken extends Error {}
+    const tm = new TxManager(pool, { constraints: { m_pkey: () => new Taken('taken') } });
+    const result = await tm.do(async (tx) => {
+      await tx.query('INSERT INTO m VALUES (1)').catch(() => {
+        throw Object.assign(new Error('Unique constraint failed on the fields: (`id`)'), { code: 'P2002' });
+      });
+    });
+    expect(result._unsafeUnwrapErr()).toBeInstanceOf(Taken);
+  });
+
+  it('a non-database error thrown while the transaction is healthy runs once and rejects unchanged, even after a handled query error', async () => {
+    const tm = new TxManager(pool, { defaults: noBackoff });
+    const thrown = Object.assign(new Error('socket hang up'), { code: 'ECONNRESET' });
+    let calls = 0;
+    const outcome = await tm
+      .do(async (tx) => {
+        calls++;
+        await tx.query('SAVEPOINT before_insert');
+        await tx.query('INSERT INTO m VALUES (1)');
+        await tx
+          .query('INSERT INTO m VALUES (1)')
+          .catch(() => tx.query('ROLLBACK TO SAVEPOINT before_insert'));
+        throw thrown;
+      })
+      .then(
+        (value) => ({ value }),
+        (error: unknown) => ({ error }),
+      );
+    expect(calls).toBe(1);
+    expect((outcome as { error: unknown }).error).toBe(thrown);
     expect(await count()).toBe(0);
   });
 });
