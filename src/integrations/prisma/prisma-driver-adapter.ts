@@ -7,8 +7,8 @@ import type {
   SqlResultSet,
   Transaction,
 } from '@prisma/driver-adapter-utils';
-import { TxUsageError } from '../../tx/tx-usage-error.js';
 import type { TxManager } from '../../tx/tx-manager.js';
+import { TxUsageError } from '../../tx/tx-usage-error.js';
 import { ScopeBridge } from '../shared/scope-bridge.js';
 import type { PrismaAdapterOptions } from './prisma-adapter.js';
 import { prismaIsolation } from './prisma-isolation.js';
@@ -31,7 +31,12 @@ export class PrismaTxAdapter<C extends Record<string, unknown>> implements SqlDr
   readonly #Routed: RoutedPoolClass;
   readonly #options: PrismaAdapterOptions;
 
-  constructor(tm: TxManager<C>, main: SqlDriverAdapter, Routed: RoutedPoolClass, options: PrismaAdapterOptions) {
+  constructor(
+    tm: TxManager<C>,
+    main: SqlDriverAdapter,
+    Routed: RoutedPoolClass,
+    options: PrismaAdapterOptions,
+  ) {
     this.provider = main.provider;
     this.adapterName = main.adapterName;
     this.#tm = tm;
@@ -75,7 +80,10 @@ export class PrismaTxAdapter<C extends Record<string, unknown>> implements SqlDr
       new this.#Routed(() => {
         const tx = bridge.tx;
         if (tx === undefined) {
-          throw new TxUsageError('transaction-closed', "a query of Prisma's transaction was sent after it ended");
+          throw new TxUsageError(
+            'transaction-closed',
+            "a query of Prisma's transaction was sent after it ended",
+          );
         }
         return tx;
       }),

@@ -18,8 +18,7 @@ export type RoutedPoolClass = new (target: QueryTarget) => pg.Pool;
 async function adapterPoolClass(): Promise<typeof pg.Pool> {
   const probe = await new PrismaPg({}).connect();
   const pool = probe.underlyingDriver();
-  await probe.dispose();
-  await pool.end();
+  await probe.dispose(); // ends the probe's own pool
   return pool.constructor as typeof pg.Pool;
 }
 
