@@ -101,6 +101,13 @@ export class TxAttempt {
   #doom: TxKitError | undefined;
   #misuse: TxUsageError | undefined;
   #lastFailure: DatabaseFailure | undefined;
+  /**
+   * The last statement sent failed: the server's transaction is aborted until a ROLLBACK TO SAVEPOINT
+   * succeeds (the only statement that can). Known as soon as pg rejects the query, at the server's
+   * ErrorResponse; the status byte ('E') comes with the ReadyForQuery after it, possibly in a later read
+   * of the socket, so a builder's replacement error can reach {@link TxAttempt.failureOf} first.
+   */
+  #lastStatementFailed = false;
   #connectionError: unknown;
   #broken = false;
   /** The server refused a write as read-only (25006): this client reaches a read-only server; destroy it. */
@@ -210,7 +217,9 @@ export class TxAttempt {
       link = (link as { cause?: unknown }).cause;
     }
     const recorded = this.#lastFailure;
-    if (recorded !== undefined && (this.#doom === recorded || this.aborted)) return recorded;
+    if (recorded !== undefined && (this.#doom === recorded || this.#lastStatementFailed || this.aborted)) {
+      return recorded;
+    }
     return undefined;
   }
 
@@ -420,6 +429,7 @@ export class TxAttempt {
         values === undefined
           ? await this.client.query<R>(text as pg.QueryConfig)
           : await this.client.query<R>(text as pg.QueryConfig, values as unknown[]);
+      this.#lastStatementFailed = false;
       if (fromScope) this.#checkStillInTransaction();
       return result;
     } catch (error) {
@@ -513,6 +523,7 @@ export class TxAttempt {
    * (25P03 …) instead of pg's "not queryable" when the connection had already been ended.
    */
   #noteQueryError(error: unknown): unknown {
+    this.#lastStatementFailed = true;
     if (typeof error === 'object' && error !== null) this.#driverErrors.add(error);
     const failure = classify(error);
     if (failure === undefined) return error;
