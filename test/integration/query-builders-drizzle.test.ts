@@ -1,8 +1,8 @@
-import { eq, sql } from 'drizzle-orm';
+import { sql } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { integer, pgTable, text } from 'drizzle-orm/pg-core';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { NotInTransaction, UniqueViolation } from '../../src/errors/index.js';
+import { UniqueViolation } from '../../src/errors/index.js';
 import { drizzleClient } from '../../src/integrations/drizzle/index.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
 import { TxUsageError } from '../../src/tx/tx-usage-error.js';
@@ -40,52 +40,6 @@ const control = (texts: readonly string[]) =>
     .filter((t) => /^(begin|commit|rollback|savepoint|release|start|end|abort)\b/.test(t));
 
 describe('drizzle transaction() inside tm.do', () => {
-  it("'required' (default): joins the transaction; drizzle's BEGIN/COMMIT never reach the server", async () => {
-    const { tm, log, end } = recorded();
-    const db = drizzle({ client: drizzleClient(tm) });
-    try {
-      const outcome = tm.do(async () => {
-        await db.insert(items).values({ id: 1, label: 'outer' });
-        await db.transaction(async (trx) => {
-          await trx.insert(items).values({ id: 2, label: 'inner' });
-        });
-        // Still one transaction: nothing is visible from another connection before the outer commit.
-        expect(await ids()).toEqual([]);
-        throw new Error('outer fails after drizzle committed its part');
-      });
-      await expect(outcome).rejects.toThrow('outer fails');
-      expect(await ids()).toEqual([]);
-      expect(control(log.texts)).toEqual(['begin isolation level read committed', 'rollback']);
-    } finally {
-      await end();
-    }
-  });
-
-  it("'nested': a SAVEPOINT; a thrown callback rolls back only its own writes", async () => {
-    const { tm, log, end } = recorded();
-    const db = drizzle({ client: drizzleClient(tm, { propagation: 'nested' }) });
-    try {
-      await tm.doOrThrow(async () => {
-        await db.insert(items).values({ id: 1, label: 'outer' });
-        await expect(
-          db.transaction(async (trx) => {
-            await trx.insert(items).values({ id: 2, label: 'undone' });
-            throw new Error('inner fails');
-          }),
-        ).rejects.toThrow('inner fails');
-        await db.transaction(async (trx) => {
-          await trx.insert(items).values({ id: 3, label: 'kept' });
-        });
-      });
-      expect(await ids()).toEqual([1, 3]);
-      const sent = control(log.texts);
-      expect(sent.filter((t) => t === 'begin' || t === 'commit' || t === 'rollback')).toEqual(['commit']);
-      expect(sent.filter((t) => t.startsWith('savepoint'))).toHaveLength(2);
-    } finally {
-      await end();
-    }
-  });
-
   it("'nested': the outer db is refused while drizzle's savepoint is open (nothing sent)", async () => {
     const tm = new TxManager(pool);
     const db = drizzle({ client: drizzleClient(tm, { propagation: 'nested' }) });
@@ -96,23 +50,6 @@ describe('drizzle transaction() inside tm.do', () => {
     });
     await expect(outcome).rejects.toBeInstanceOf(TxUsageError);
     expect(await ids()).toEqual([]);
-  });
-
-  it("drizzle's own nested trx.transaction() is a savepoint of the same transaction", async () => {
-    const tm = new TxManager(pool);
-    const db = drizzle({ client: drizzleClient(tm) });
-    await tm.doOrThrow(async () => {
-      await db.transaction(async (trx) => {
-        await trx.insert(items).values({ id: 1, label: 'a' });
-        await expect(
-          trx.transaction(async (inner) => {
-            await inner.insert(items).values({ id: 2, label: 'b' });
-            throw new Error('undo b');
-          }),
-        ).rejects.toThrow('undo b');
-      });
-    });
-    expect(await ids()).toEqual([1]);
   });
 
   it('a unique violation inside drizzle.transaction() comes back from tm.do as UniqueViolation', async () => {
@@ -179,43 +116,15 @@ describe('drizzle transaction() outside tm.do', () => {
       await counting.end();
     }
   });
-
-  it('a thrown callback rolls back and rejects with its error', async () => {
-    const tm = new TxManager(pool);
-    const db = drizzle({ client: drizzleClient(tm) });
-    await expect(
-      db.transaction(async (trx) => {
-        await trx.insert(items).values({ id: 1, label: 'a' });
-        throw new Error('no');
-      }),
-    ).rejects.toThrow('no');
-    expect(await ids()).toEqual([]);
-  });
-
-  it("'mandatory': refused with NotInTransaction before anything is sent", async () => {
-    const { pool: counting, log } = countingPool(url);
-    const tm = new TxManager(counting);
-    const db = drizzle({ client: drizzleClient(tm, { propagation: 'mandatory' }) });
-    try {
-      const error = await db
-        .transaction(async (trx) => trx.insert(items).values({ id: 1, label: 'a' }))
-        .then(
-          () => undefined,
-          (e: unknown) => e,
-        );
-      expect((error as { cause?: unknown }).cause).toBeInstanceOf(NotInTransaction);
-      expect(log.texts).toEqual([]);
-    } finally {
-      await counting.end();
-    }
-  });
 });
 
-describe('drizzleClient outside any transaction', () => {
-  it('queries run on the pool', async () => {
+describe('a tm.do callback that returns a drizzle query without awaiting it', () => {
+  it('runs it in the transaction (drizzle queries are lazy thenables)', async () => {
     const tm = new TxManager(pool);
     const db = drizzle({ client: drizzleClient(tm) });
-    await db.insert(items).values({ id: 5, label: 'x' });
-    expect(await db.select().from(items).where(eq(items.id, 5))).toEqual([{ id: 5, label: 'x' }]);
+    const result = await tm.do(() => db.insert(items).values({ id: 1, label: 'a' }), { readOnly: true });
+    // Refused by the read-only transaction: it ran there, not on the pool.
+    expect(result.isErr() && result.error.kind).toBe('ReadOnlyTransaction');
+    expect(await ids()).toEqual([]);
   });
 });

@@ -1,5 +1,5 @@
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { NotInTransaction, UniqueViolation } from '../../src/errors/index.js';
+import { UniqueViolation } from '../../src/errors/index.js';
 import { prismaAdapter } from '../../src/integrations/prisma/index.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
 import { TxUsageError } from '../../src/tx/tx-usage-error.js';
@@ -45,49 +45,6 @@ const control = (texts: readonly string[]) =>
     .filter((t) => /^(begin|commit|rollback|savepoint|release|start|end|abort)\b/.test(t));
 
 describe('Prisma $transaction inside tm.do', () => {
-  it("'required' (default): joins the transaction; Prisma's BEGIN/COMMIT never reach the server", async () => {
-    const { tm, log, prisma, end } = recorded();
-    try {
-      const outcome = tm.do(async () => {
-        await prisma.item.create({ data: { id: 1, label: 'outer' } });
-        await prisma.$transaction(async (p) => {
-          await p.item.create({ data: { id: 2, label: 'inner' } });
-        });
-        expect(await ids()).toEqual([]);
-        throw new Error('outer fails after Prisma committed its part');
-      });
-      await expect(outcome).rejects.toThrow('outer fails');
-      expect(await ids()).toEqual([]);
-      expect(control(log.texts)).toEqual(['begin isolation level read committed', 'rollback']);
-    } finally {
-      await end();
-    }
-  });
-
-  it("'nested': a SAVEPOINT; a thrown callback rolls back only its own writes", async () => {
-    const { tm, log, prisma, end } = recorded({ propagation: 'nested' });
-    try {
-      await tm.doOrThrow(async () => {
-        await prisma.item.create({ data: { id: 1, label: 'outer' } });
-        await expect(
-          prisma.$transaction(async (p) => {
-            await p.item.create({ data: { id: 2, label: 'undone' } });
-            throw new Error('inner fails');
-          }),
-        ).rejects.toThrow('inner fails');
-        await prisma.$transaction(async (p) => {
-          await p.item.create({ data: { id: 3, label: 'kept' } });
-        });
-      });
-      expect(await ids()).toEqual([1, 3]);
-      const sent = control(log.texts);
-      expect(sent.filter((t) => t === 'begin' || t === 'commit' || t === 'rollback')).toEqual(['commit']);
-      expect(sent.filter((t) => t.startsWith('savepoint'))).toHaveLength(2);
-    } finally {
-      await end();
-    }
-  });
-
   it("'nested': the outer client is refused while Prisma's savepoint is open", async () => {
     const { tm, prisma, end } = recorded({ propagation: 'nested' });
     try {
@@ -98,28 +55,6 @@ describe('Prisma $transaction inside tm.do', () => {
       });
       await expect(outcome).rejects.toBeInstanceOf(TxUsageError);
       expect(await ids()).toEqual([]);
-    } finally {
-      await end();
-    }
-  });
-
-  it("Prisma's own nested $transaction is a savepoint of the same transaction", async () => {
-    const { tm, prisma, end } = recorded();
-    try {
-      await tm.doOrThrow(async () => {
-        await prisma.$transaction(async (p) => {
-          await p.item.create({ data: { id: 1, label: 'a' } });
-          // biome-ignore lint/suspicious/noExplicitAny: Prisma types a transaction client without $transaction.
-          const nestable = p as any;
-          await expect(
-            nestable.$transaction(async (inner: typeof p) => {
-              await inner.item.create({ data: { id: 2, label: 'b' } });
-              throw new Error('undo b');
-            }),
-          ).rejects.toThrow('undo b');
-        });
-      });
-      expect(await ids()).toEqual([1]);
     } finally {
       await end();
     }
@@ -191,45 +126,18 @@ describe('Prisma $transaction outside tm.do', () => {
       await counting.end();
     }
   });
-
-  it('a thrown callback rolls back and rejects with its error', async () => {
-    const { prisma, end } = recorded();
-    try {
-      await expect(
-        prisma.$transaction(async (p) => {
-          await p.item.create({ data: { id: 1, label: 'a' } });
-          throw new Error('no');
-        }),
-      ).rejects.toThrow('no');
-      expect(await ids()).toEqual([]);
-    } finally {
-      await end();
-    }
-  });
-
-  it("'mandatory': refused with NotInTransaction before anything is sent", async () => {
-    const { log, prisma, end } = recorded({ propagation: 'mandatory' });
-    try {
-      const error = await prisma
-        .$transaction(async (p) => p.item.create({ data: { id: 1, label: 'a' } }))
-        .then(
-          () => undefined,
-          (e: unknown) => e,
-        );
-      expect(error).toBeInstanceOf(NotInTransaction);
-      expect(log.texts).toEqual([]);
-    } finally {
-      await end();
-    }
-  });
 });
 
-describe('prismaAdapter outside any transaction', () => {
-  it('queries run on the pool', async () => {
-    const { prisma, end } = recorded();
+describe('a tm.do callback that returns a Prisma query without awaiting it', () => {
+  it('runs it in the transaction (Prisma queries are lazy thenables)', async () => {
+    const { tm, prisma, end } = recorded();
     try {
-      await prisma.item.create({ data: { id: 5, label: 'x' } });
-      expect(await prisma.item.findUnique({ where: { id: 5 } })).toEqual({ id: 5, label: 'x' });
+      const result = await tm.do(() => prisma.item.create({ data: { id: 1, label: 'a' } }), {
+        readOnly: true,
+      });
+      // Refused by the read-only transaction: it ran there, not on the pool.
+      expect(result.isErr() && result.error.kind).toBe('ReadOnlyTransaction');
+      expect(await ids()).toEqual([]);
     } finally {
       await end();
     }

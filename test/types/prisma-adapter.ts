@@ -17,9 +17,7 @@ expectTypeOf(prismaAdapter(tm)).toEqualTypeOf<SqlDriverAdapterFactory>();
 
 // Each propagation a $transaction can take, and adapter-pg's own options.
 prismaAdapter(new TxManager(pool), { propagation: 'nested', pg: { schema: 'app' } });
-expectTypeOf<PrismaAdapterOptions['propagation']>().toEqualTypeOf<
-  'required' | 'nested' | 'mandatory' | undefined
->();
+expectTypeOf<PrismaAdapterOptions['propagation']>().toEqualTypeOf<'required' | 'nested' | undefined>();
 
 // @ts-expect-error requiresNew would run Prisma's callback on another connection than its client.
 prismaAdapter(tm, { propagation: 'requiresNew' });

@@ -1,5 +1,5 @@
 import { InvalidOptions } from '../../errors/index.js';
-import type { TxOptions } from '../../tx/tx-options.js';
+import type { BuilderTransactionOptions } from '../shared/builder-transaction.js';
 
 /**
  * drizzle's BEGIN as its node-postgres session writes it: `begin`, then what `db.transaction(fn, config)`
@@ -23,7 +23,7 @@ export function isDrizzleBegin(text: string): boolean {
  * beginOptions('begin isolation level serializable read only');
  * // → { isolation: 'serializable', readOnly: true }
  */
-export function beginOptions(text: string): TxOptions {
+export function beginOptions(text: string): Omit<BuilderTransactionOptions, 'propagation'> {
   const match = DRIZZLE_BEGIN.exec(text.trim());
   if (match === null) {
     throw new InvalidOptions([
@@ -31,7 +31,7 @@ export function beginOptions(text: string): TxOptions {
     ]);
   }
   const [, level, access, deferrable] = match;
-  const options: { -readonly [K in keyof TxOptions]: TxOptions[K] } = {};
+  const options: { -readonly [K in keyof BuilderTransactionOptions]: BuilderTransactionOptions[K] } = {};
   if (level !== undefined) {
     const lower = level.toLowerCase();
     options.isolation =

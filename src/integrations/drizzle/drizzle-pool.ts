@@ -1,6 +1,7 @@
 import pg from 'pg';
 import type { TxManager } from '../../tx/tx-manager.js';
-import { type DrizzlePropagation, DrizzleTransactionClient } from './drizzle-transaction-client.js';
+import type { BuilderSettings } from '../shared/builder-options.js';
+import { DrizzleTransactionClient } from './drizzle-transaction-client.js';
 
 /**
  * The `client` `drizzleClient(tm)` gives to `drizzle({ client })`: a `pg.Pool` by type and by class
@@ -13,10 +14,10 @@ import { type DrizzlePropagation, DrizzleTransactionClient } from './drizzle-tra
  * The pool to configure, watch and `end()` is the one the `TxManager` was made with.
  *
  * @example
- * const db = drizzle({ client: new DrizzleTxPool(tm, 'required') });
+ * const db = drizzle({ client: new DrizzleTxPool(tm, { propagation: 'required' }) });
  */
 export class DrizzleTxPool<C extends Record<string, unknown>> extends pg.Pool {
-  constructor(tm: TxManager<C>, propagation: DrizzlePropagation) {
+  constructor(tm: TxManager<C>, settings: BuilderSettings) {
     // The options are the manager pool's, for whoever reads `db.$client.options`; no client is ever made.
     super(tm.pool.options);
     // Own properties, like TxManager's strict guard: pg.Pool's overloads (callbacks, submittables) are
@@ -24,14 +25,14 @@ export class DrizzleTxPool<C extends Record<string, unknown>> extends pg.Pool {
     Object.defineProperty(this, 'query', {
       configurable: true,
       writable: true,
-      value: (config: string | pg.QueryConfig, values?: readonly unknown[]): Promise<pg.QueryResult> =>
-        tm.db().query(typeof config === 'string' ? { text: config } : config, values),
+      value: (query: string | pg.QueryConfig, values?: readonly unknown[]): Promise<pg.QueryResult> =>
+        tm.db().query(typeof query === 'string' ? { text: query } : query, values),
     });
     Object.defineProperty(this, 'connect', {
       configurable: true,
       writable: true,
       value: (): Promise<DrizzleTransactionClient<C>> =>
-        Promise.resolve(new DrizzleTransactionClient(tm, propagation)),
+        Promise.resolve(new DrizzleTransactionClient(tm, settings)),
     });
   }
 }

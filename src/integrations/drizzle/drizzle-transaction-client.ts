@@ -1,72 +1,76 @@
 import type pg from 'pg';
 import type { TxManager } from '../../tx/tx-manager.js';
-import type { Propagation } from '../../tx/tx-options.js';
 import { TxUsageError } from '../../tx/tx-usage-error.js';
-import { ScopeBridge } from '../shared/scope-bridge.js';
+import type { BuilderSettings } from '../shared/builder-options.js';
+import { type BuilderTransaction, openBuilderTransaction } from '../shared/builder-transaction.js';
 import { beginOptions, isDrizzleBegin } from './begin-options.js';
-
-/** Propagations a drizzle `transaction()` can take (see {@link DrizzleClientOptions.propagation}). */
-export type DrizzlePropagation = Extract<Propagation, 'required' | 'nested' | 'mandatory'>;
 
 /** The answer to a statement the manager kept from the server (drizzle's BEGIN / COMMIT / ROLLBACK). */
 function kept(command: string): pg.QueryResult {
   return { command, rowCount: null, oid: 0, rows: [], fields: [] };
 }
 
+/** pg's config form of a query (what a `Tx` takes beside its values). */
+const asConfig = (query: string | pg.QueryConfig): pg.QueryConfig =>
+  typeof query === 'string' ? { text: query } : query;
+
 /**
  * What drizzle's node-postgres session gets from `client.connect()` for one `db.transaction(fn, config)`:
- * its `begin …` opens a scope of the manager (joined, a SAVEPOINT, or a transaction of its own, per
- * the propagation), every statement of the callback's `tx` runs in that scope, and its `commit` /
- * `rollback` end the scope. None of the three reaches the server as drizzle wrote it: the manager
- * sends (or, for a join, does not send) its own. Internal to `drizzleClient`.
+ * its `begin …` opens a scope of the manager ({@link openBuilderTransaction}: joined, a SAVEPOINT, or a
+ * transaction of its own, per the propagation), every statement of the callback's `tx` runs in that
+ * scope, and its `commit` / `rollback` end the scope. None of the three reaches the server as drizzle
+ * wrote it: the manager sends (or, for a join, does not send) its own. Internal to `drizzleClient`.
  *
  * @example
- * const client = new DrizzleTransactionClient(tm, 'required');
+ * const client = new DrizzleTransactionClient(tm, { propagation: 'required' });
  * await client.query({ text: 'begin' }, []); // joins tm.current(), sends nothing
  */
 export class DrizzleTransactionClient<C extends Record<string, unknown>> {
   readonly #tm: TxManager<C>;
-  readonly #propagation: DrizzlePropagation;
-  readonly #bridge: ScopeBridge<C>;
+  readonly #settings: BuilderSettings;
+  #scope: BuilderTransaction | undefined;
   #begun = false;
+  #ended = false;
 
-  constructor(tm: TxManager<C>, propagation: DrizzlePropagation) {
+  constructor(tm: TxManager<C>, settings: BuilderSettings) {
     this.#tm = tm;
-    this.#propagation = propagation;
-    this.#bridge = new ScopeBridge(tm);
+    this.#settings = settings;
   }
 
   /** pg's `query(text | config, values)`, as drizzle calls it. */
-  async query(config: string | pg.QueryConfig, values?: readonly unknown[]): Promise<pg.QueryResult> {
-    const text = typeof config === 'string' ? config : config.text;
+  async query(query: string | pg.QueryConfig, values?: readonly unknown[]): Promise<pg.QueryResult> {
+    const text = typeof query === 'string' ? query : query.text;
     if (!this.#begun && isDrizzleBegin(text)) {
       this.#begun = true;
-      // Outside tm.do: one attempt, no retries (drizzle owns the callback; only tm.do can run it again).
-      await this.#bridge.open({
+      this.#scope = await openBuilderTransaction(this.#tm, {
         ...beginOptions(text),
-        propagation: this.#propagation,
-        maxAttempts: 1,
-        retryOn: [],
+        propagation: this.#settings.propagation,
       });
       return kept('BEGIN');
     }
     if (this.#begun && (text === 'commit' || text === 'rollback')) {
-      await this.#bridge.end(text);
+      // drizzle sends its rollback also after a commit that failed: the scope has ended by then.
+      if (this.#scope !== undefined && !this.#ended) {
+        this.#ended = true;
+        await (text === 'commit' ? this.#scope.commit() : this.#scope.rollback());
+      }
       return kept(text === 'commit' ? 'COMMIT' : 'ROLLBACK');
     }
-    const tx = this.#bridge.tx;
-    if (tx !== undefined) return tx.query(typeof config === 'string' ? { text: config } : config, values);
+    if (this.#scope !== undefined && !this.#ended) return this.#scope.tx.query(asConfig(query), values);
     if (this.#begun) {
       throw new TxUsageError(
         'transaction-closed',
         "a statement of drizzle's transaction was sent after it ended; use its tx only inside its callback",
       );
     }
-    return this.#tm.db().query(typeof config === 'string' ? { text: config } : config, values);
+    return this.#tm.db().query(asConfig(query), values);
   }
 
   /** drizzle gives the client back after COMMIT / ROLLBACK; a scope still open is rolled back. */
   release(): void {
-    if (this.#begun && !this.#bridge.ended) void this.#bridge.end('rollback');
+    if (this.#scope !== undefined && !this.#ended) {
+      this.#ended = true;
+      void this.#scope.rollback();
+    }
   }
 }

@@ -9,8 +9,9 @@ import type {
 } from '@prisma/driver-adapter-utils';
 import type { TxManager } from '../../tx/tx-manager.js';
 import { TxUsageError } from '../../tx/tx-usage-error.js';
-import { ScopeBridge } from '../shared/scope-bridge.js';
-import type { PrismaAdapterOptions } from './prisma-adapter.js';
+import type { BuilderSettings } from '../shared/builder-options.js';
+import { openBuilderTransaction } from '../shared/builder-transaction.js';
+import type { PrismaPgOptions } from './prisma-adapter.js';
 import { prismaIsolation } from './prisma-isolation.js';
 import { PrismaTxTransaction } from './prisma-transaction.js';
 import type { RoutedPoolClass } from './routed-pool.js';
@@ -21,7 +22,8 @@ import type { RoutedPoolClass } from './routed-pool.js';
  * transactions that are scopes of the manager. Internal to `prismaAdapter`.
  *
  * @example
- * const adapter = new PrismaTxAdapter(tm, await new PrismaPg(new Routed(() => tm.db())).connect(), Routed, {});
+ * const main = await new PrismaPg(new Routed(() => tm.db())).connect();
+ * const adapter = new PrismaTxAdapter(tm, main, Routed, { propagation: 'required' }, undefined);
  */
 export class PrismaTxAdapter<C extends Record<string, unknown>> implements SqlDriverAdapter {
   readonly provider: SqlDriverAdapter['provider'];
@@ -29,20 +31,23 @@ export class PrismaTxAdapter<C extends Record<string, unknown>> implements SqlDr
   readonly #tm: TxManager<C>;
   readonly #main: SqlDriverAdapter;
   readonly #Routed: RoutedPoolClass;
-  readonly #options: PrismaAdapterOptions;
+  readonly #settings: BuilderSettings;
+  readonly #pg: PrismaPgOptions | undefined;
 
   constructor(
     tm: TxManager<C>,
     main: SqlDriverAdapter,
     Routed: RoutedPoolClass,
-    options: PrismaAdapterOptions,
+    settings: BuilderSettings,
+    pg: PrismaPgOptions | undefined,
   ) {
     this.provider = main.provider;
     this.adapterName = main.adapterName;
     this.#tm = tm;
     this.#main = main;
     this.#Routed = Routed;
-    this.#options = options;
+    this.#settings = settings;
+    this.#pg = pg;
   }
 
   queryRaw(query: SqlQuery): Promise<SqlResultSet> {
@@ -68,28 +73,26 @@ export class PrismaTxAdapter<C extends Record<string, unknown>> implements SqlDr
    * transaction's, `mandatory` outside `tm.do`, a doomed transaction).
    */
   async startTransaction(isolationLevel?: IsolationLevel): Promise<Transaction> {
-    const bridge = new ScopeBridge(this.#tm);
-    await bridge.open({
+    const scope = await openBuilderTransaction(this.#tm, {
+      propagation: this.#settings.propagation,
       ...(isolationLevel === undefined ? {} : { isolation: prismaIsolation(isolationLevel) }),
-      propagation: this.#options.propagation ?? 'required',
-      // Outside tm.do: one attempt; Prisma owns the callback, only tm.do can run it again.
-      maxAttempts: 1,
-      retryOn: [],
     });
-    const scope = await new PrismaPg(
+    let ended = false;
+    const adapter = await new PrismaPg(
       new this.#Routed(() => {
-        const tx = bridge.tx;
-        if (tx === undefined) {
+        if (ended) {
           throw new TxUsageError(
             'transaction-closed',
             "a query of Prisma's transaction was sent after it ended",
           );
         }
-        return tx;
+        return scope.tx;
       }),
-      this.#options.pg,
+      this.#pg,
     ).connect();
-    return new PrismaTxTransaction(scope, bridge);
+    return new PrismaTxTransaction(adapter, scope, () => {
+      ended = true;
+    });
   }
 
   /** Gives nothing back to the manager's pool: it is the application's, to end. */

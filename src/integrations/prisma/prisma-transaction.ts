@@ -1,5 +1,5 @@
 import type { SqlDriverAdapter, SqlQuery, SqlResultSet, Transaction } from '@prisma/driver-adapter-utils';
-import type { ScopeBridge } from '../shared/scope-bridge.js';
+import type { BuilderTransaction } from '../shared/builder-transaction.js';
 
 /**
  * The `Transaction` Prisma gets for `$transaction(…)`: a scope of the manager. Its queries run on the
@@ -9,22 +9,24 @@ import type { ScopeBridge } from '../shared/scope-bridge.js';
  * nested `$transaction` savepoints are statements of the scope. Internal to `prismaAdapter`.
  *
  * @example
- * const tx = new PrismaTxTransaction(scopeAdapter, bridge);
+ * const tx = new PrismaTxTransaction(scopeAdapter, await openBuilderTransaction(tm), () => {});
  * await tx.executeRaw({ sql: 'INSERT INTO t VALUES (1)', args: [], argTypes: [] });
  * await tx.commit();
  */
-export class PrismaTxTransaction<C extends Record<string, unknown>> implements Transaction {
+export class PrismaTxTransaction implements Transaction {
   readonly provider: Transaction['provider'];
   readonly adapterName: Transaction['adapterName'];
   readonly options = { usePhantomQuery: true };
   readonly #scope: SqlDriverAdapter;
-  readonly #bridge: ScopeBridge<C>;
+  readonly #builderTransaction: BuilderTransaction;
+  readonly #onEnd: () => void;
 
-  constructor(scope: SqlDriverAdapter, bridge: ScopeBridge<C>) {
+  constructor(scope: SqlDriverAdapter, builderTransaction: BuilderTransaction, onEnd: () => void) {
     this.provider = scope.provider;
     this.adapterName = scope.adapterName;
     this.#scope = scope;
-    this.#bridge = bridge;
+    this.#builderTransaction = builderTransaction;
+    this.#onEnd = onEnd;
   }
 
   queryRaw(query: SqlQuery): Promise<SqlResultSet> {
@@ -36,16 +38,18 @@ export class PrismaTxTransaction<C extends Record<string, unknown>> implements T
   }
 
   async commit(): Promise<void> {
+    this.#onEnd();
     try {
-      await this.#bridge.end('commit');
+      await this.#builderTransaction.commit();
     } finally {
       await this.#scope.dispose();
     }
   }
 
   async rollback(): Promise<void> {
+    this.#onEnd();
     try {
-      await this.#bridge.end('rollback');
+      await this.#builderTransaction.rollback();
     } finally {
       await this.#scope.dispose();
     }
