@@ -70,7 +70,7 @@ export class PrismaTxAdapter<C extends Record<string, unknown>> implements SqlDr
    * Prisma's `$transaction(…)`: a scope of the manager, per `options.propagation` (inside `tm.do`:
    * joined, or a SAVEPOINT; outside: one attempt of a transaction of the manager). Rejects, with
    * nothing sent, when the manager refuses the scope (a stronger isolation than the joined
-   * transaction's, `mandatory` outside `tm.do`, a doomed transaction).
+   * transaction's, a doomed transaction, BEGIN failed).
    */
   async startTransaction(isolationLevel?: IsolationLevel): Promise<Transaction> {
     const scope = await openBuilderTransaction(this.#tm, {
@@ -78,18 +78,24 @@ export class PrismaTxAdapter<C extends Record<string, unknown>> implements SqlDr
       ...(isolationLevel === undefined ? {} : { isolation: prismaIsolation(isolationLevel) }),
     });
     let ended = false;
-    const adapter = await new PrismaPg(
-      new this.#Routed(() => {
-        if (ended) {
-          throw new TxUsageError(
-            'transaction-closed',
-            "a query of Prisma's transaction was sent after it ended",
-          );
-        }
-        return scope.tx;
-      }),
-      this.#pg,
-    ).connect();
+    const routed = new this.#Routed(() => {
+      if (ended) {
+        throw new TxUsageError(
+          'transaction-closed',
+          "a query of Prisma's transaction was sent after it ended",
+        );
+      }
+      return scope.tx;
+    });
+    let adapter: SqlDriverAdapter;
+    try {
+      adapter = await new PrismaPg(routed, this.#pg).connect();
+    } catch (error) {
+      // Never leave the scope open (it would hold the transaction's client until the process ends).
+      ended = true;
+      await scope.rollback();
+      throw error;
+    }
     return new PrismaTxTransaction(adapter, scope, () => {
       ended = true;
     });
