@@ -523,10 +523,11 @@ export class TxAttempt {
    * (25P03 …) instead of pg's "not queryable" when the connection had already been ended.
    */
   #noteQueryError(error: unknown): unknown {
-    this.#lastStatementFailed = true;
     if (typeof error === 'object' && error !== null) this.#driverErrors.add(error);
     const failure = classify(error);
+    // pg's own refusals before sending (a value it cannot serialize) leave the server's transaction as it was.
     if (failure === undefined) return error;
+    this.#lastStatementFailed = true;
     if (this.#broken && NOT_SENT.some((m) => (error as { message?: unknown }).message === m)) {
       const reason = this.brokenFailure();
       this.doomWith(reason);

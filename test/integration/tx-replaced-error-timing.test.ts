@@ -73,4 +73,25 @@ describe('an error that replaces the driver error, before the server said the tr
     expect(outcome).toBe(thrown);
     expect(calls).toBe(1);
   });
+
+  it('control: a value pg refuses to send does not revive a failure a ROLLBACK TO SAVEPOINT recovered from', async () => {
+    const tm = new TxManager(pool);
+    const circular: Record<string, unknown> = {};
+    circular.self = circular;
+    let calls = 0;
+    const outcome = await tm
+      .do(async (tx) => {
+        calls++;
+        await tx.query('SAVEPOINT s');
+        await tx.query('SELECT 1/0').catch(() => {});
+        await tx.query('ROLLBACK TO SAVEPOINT s');
+        await replaced(() => tx.query('SELECT $1::jsonb AS v', [circular])); // pg cannot serialize it
+      })
+      .then(
+        () => 'committed',
+        (e: unknown) => e,
+      );
+    expect(outcome).toBeInstanceOf(BuilderError);
+    expect(calls).toBe(1);
+  });
 });
