@@ -2,15 +2,17 @@
 // each setup line as docs/query-builders.md shows it: drizzle's `drizzle({ client: drizzleClient(tm) })`
 // and Prisma's `new PrismaClient({ adapter: prismaAdapter(tm) })` with a client generated from the
 // consumer's own schema (the engine-less `prisma-client` generator; compiled with tsc, as a TypeScript
-// project would). Each writes in a tm.do that rolls back, and once in one that commits.
+// project would). Each writes in a tm.do that rolls back, and once in one that commits. Twice: with the
+// same pg as the builders', and with a pg copy of the application's own (8.11) while drizzle and
+// @prisma/adapter-pg load theirs (8.23): no instanceof of the application's pg classes may decide.
 import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { mkdir, mkdtemp, readdir, rm, symlink, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, realpath, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { useTestDatabase } from '../helpers.js';
 
 const run = promisify(execFile);
@@ -37,6 +39,7 @@ model Note {
 `;
 
 const CONSUMER = `
+import { realpathSync } from 'node:fs';
 import { eq } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { integer, pgTable, text } from 'drizzle-orm/pg-core';
@@ -70,13 +73,14 @@ const seen = {
   drizzle: await db.select().from(notes).where(eq(notes.id, 4)),
   prisma: await prisma.note.findMany({ orderBy: { id: 'asc' } }),
 };
-console.log(JSON.stringify(seen));
+console.log(JSON.stringify({ pg: realpathSync('node_modules/pg').split('/').pop(), ...seen }));
 await prisma.$disconnect();
 await pool.end();
 `;
 
 describe('a consumer of the packed package with drizzle and Prisma', () => {
-  it('runs both setup lines as the docs show them', { timeout: 180_000 }, async () => {
+  let tarball = '';
+  beforeAll(async () => {
     expect(existsSync(join(ROOT, 'dist/integrations/prisma/index.js')), 'run `npm run build` first').toBe(
       true,
     );
@@ -86,16 +90,25 @@ describe('a consumer of the packed package with drizzle and Prisma', () => {
       ['pack', '--ignore-scripts', '--silent', '--pack-destination', dir],
       { cwd: ROOT },
     );
-    const tarball = join(dir, packed.trim().split('\n').pop() ?? '');
-    const app = join(dir, 'app');
+    tarball = join(dir, packed.trim().split('\n').pop() ?? '');
+  }, 120_000);
+
+  it.each([
+    ['pg', 'the same pg as the builders'],
+    ['pg-oldest', 'a pg of its own (8.11), the builders theirs'],
+  ])('runs both setup lines as the docs show them, with %s: %s', { timeout: 180_000 }, async (pgPackage) => {
+    await pool.query('TRUNCATE notes');
+    const app = join(dir, `app-${pgPackage}`);
     const modules = join(app, 'node_modules');
     await mkdir(join(modules, 'pg-txkit'), { recursive: true });
     await run('tar', ['-xzf', tarball, '-C', join(modules, 'pg-txkit'), '--strip-components=1']);
     // The consumer's own packages (pg, zod, neverthrow, the builders …), as installed by npm.
     for (const entry of await readdir(join(ROOT, 'node_modules'))) {
-      if (entry.startsWith('.') || entry === 'pg-txkit') continue;
+      if (entry.startsWith('.') || entry === 'pg-txkit' || entry === 'pg') continue;
       await symlink(join(ROOT, 'node_modules', entry), join(modules, entry));
     }
+    await symlink(join(ROOT, 'node_modules', pgPackage), join(modules, 'pg'));
+    expect(await realpath(join(modules, 'pg'))).toBe(await realpath(join(ROOT, 'node_modules', pgPackage)));
     await writeFile(
       join(app, 'package.json'),
       JSON.stringify({ name: 'app', type: 'module', private: true }),
@@ -142,6 +155,7 @@ describe('a consumer of the packed package with drizzle and Prisma', () => {
       env: { ...process.env, DB_URL: url },
     });
     expect(JSON.parse(stdout)).toEqual({
+      pg: pgPackage,
       rolledBack: ['roll back', 'roll back'],
       drizzle: [{ id: 4, body: 'prisma' }],
       prisma: [
