@@ -101,6 +101,51 @@ describe('Prisma $transaction inside tm.do', () => {
   });
 });
 
+describe("Prisma's batch $transaction([…])", () => {
+  it('inside tm.do joins the transaction: no BEGIN/COMMIT of its own, rolled back with it', async () => {
+    const { tm, log, prisma, end } = recorded();
+    try {
+      const outcome = await tm
+        .do(async () => {
+          await prisma.$transaction([
+            prisma.item.create({ data: { id: 1, label: 'a' } }),
+            prisma.item.create({ data: { id: 2, label: 'b' } }),
+          ]);
+          throw new Error('roll back');
+        })
+        .then(
+          () => 'committed',
+          (e: unknown) => (e as Error).message,
+        );
+      expect(outcome).toBe('roll back');
+      expect(await ids()).toEqual([]);
+      expect(control(log.texts)).toEqual(['begin isolation level read committed', 'rollback']);
+    } finally {
+      await end();
+    }
+  });
+
+  it('outside tm.do is one transaction of the manager: a failing statement leaves nothing behind', async () => {
+    const { log, prisma, end } = recorded();
+    try {
+      const failed = await prisma
+        .$transaction([
+          prisma.item.create({ data: { id: 1, label: 'a' } }),
+          prisma.item.create({ data: { id: 1, label: 'duplicate' } }),
+        ])
+        .then(
+          () => undefined,
+          (e: unknown) => e,
+        );
+      expect(failed).toBeInstanceOf(Error);
+      expect(await ids()).toEqual([]);
+      expect(control(log.texts)).toEqual(['begin isolation level read committed', 'rollback']);
+    } finally {
+      await end();
+    }
+  });
+});
+
 describe('Prisma $transaction outside tm.do', () => {
   it('runs as one attempt of a transaction of the manager, with Prisma isolation and the manager defaults', async () => {
     const { pool: counting, log } = countingPool(url);
