@@ -16,13 +16,14 @@ import {
   type JoinPropagation,
   SCENARIO_SCHEMA,
 } from '../fixtures/query-builders/builder-under-test.js';
+import { knexBuilder } from '../fixtures/query-builders/knex-builder.js';
 import { kyselyBuilder } from '../fixtures/query-builders/kysely-builder.js';
 import { useTestDatabase } from '../helpers.js';
 import { countingPool, expectClean, type SentLog } from './tx-support.js';
 
 // Every integration gives the same guarantees; each row of this table is one builder, used as its
 // users use it (its own query API, the ONE setup line of docs/query-builders.md).
-const BUILDERS: readonly BuilderUnderTest[] = [kyselyBuilder];
+const BUILDERS: readonly BuilderUnderTest[] = [kyselyBuilder, knexBuilder];
 
 const { pool: admin, url } = await useTestDatabase();
 const noBackoff = { backoff: { baseMs: 0, capMs: 0 } } as const;
