@@ -16,15 +16,16 @@ import {
   type JoinPropagation,
   SCENARIO_SCHEMA,
 } from '../fixtures/query-builders/builder-under-test.js';
-import { drizzleBuilder } from '../fixtures/query-builders/drizzle.js';
+import { drizzleBuilder } from '../fixtures/query-builders/drizzle-builder.js';
+import { knexBuilder } from '../fixtures/query-builders/knex-builder.js';
 import { kyselyBuilder } from '../fixtures/query-builders/kysely-builder.js';
-import { prismaBuilder } from '../fixtures/query-builders/prisma.js';
+import { prismaBuilder } from '../fixtures/query-builders/prisma-builder.js';
 import { useTestDatabase } from '../helpers.js';
 import { countingPool, expectClean, type SentLog } from './tx-support.js';
 
 // Every integration gives the same guarantees; each row of this table is one builder, used as its
 // users use it (its own query API, the ONE setup line of docs/query-builders.md).
-const BUILDERS: readonly BuilderUnderTest[] = [kyselyBuilder, drizzleBuilder, prismaBuilder];
+const BUILDERS: readonly BuilderUnderTest[] = [kyselyBuilder, drizzleBuilder, prismaBuilder, knexBuilder];
 
 const { pool: admin, url } = await useTestDatabase();
 const noBackoff = { backoff: { baseMs: 0, capMs: 0 } } as const;
