@@ -1,22 +1,24 @@
 // The cost of each query-builder integration against raw `tm.do`, on the same transaction: a single-row
 // UPDATE by primary key inside `tm.do` (BEGIN …; UPDATE; COMMIT on the transaction's pinned client),
-// written with tx.query, with drizzle over drizzleClient(tm), and with Prisma over prismaAdapter(tm).
+// written with tx.query, with drizzle over drizzleClient(tm), Prisma over prismaAdapter(tm), Kysely over
+// kyselyDialect(tm) and Knex over knexConfig(tm).
 //
 // What counts is the client CPU per transaction (one loop, sequential: the integration's own cost,
 // little sensitive to a busy machine); throughput with 8 concurrent loops is reported beside it.
 // Contenders run in interleaved rounds, the order rotated each round; medians with min–max.
-// Target: drizzle ≤ 10 % client CPU above raw tm.do. Prisma is reported for information: its query
+// Target: Kysely, drizzle and Knex ≤ 10 % client CPU above raw tm.do. Prisma is reported for information: its query
 // engine (a WebAssembly query compiler and an interpreter of its plan) costs what it costs with or
 // without pg-txkit. Each builder also runs alone (its own transaction on a pg.Pool of its own, no
 // pg-txkit): the competitor at its best, in the same run.
 //
-// Measured (2 shared cores, two runs of `--duration 3000`; client CPU µs per transaction, medians):
-// raw tm.do 141 / 154, drizzle through drizzleClient 261 / 196, drizzle alone 205 / 221, Prisma through
-// prismaAdapter 407 / 355, Prisma alone 511 / 575. The drizzle target is NOT met against raw tm.do
-// (+28 % to +85 %): the difference is drizzle's own statement building and execution (a CPU profile of
-// the drizzle loop shows drizzle-orm's sql builders, entity checks and pg's config cloning; the
-// integration's query routing is under 0.5 % of the samples); against drizzle alone the integration
-// costs −11 % to +27 %.
+// Measured (2 shared cores, `--duration 3000`; client CPU µs per transaction, medians of two runs with
+// all builders): raw tm.do 186 / 201; drizzle through drizzleClient 231 / 260 (+24 % / +30 %), drizzle
+// alone 265 / 275; Kysely 237 / 262 (+28 % / +30 %); Knex 260 / 248 (+40 % / +23 %); Prisma through
+// prismaAdapter 418 / 394, Prisma alone 569 / 576. Two earlier runs (raw, drizzle, Prisma only): raw
+// 141 / 154, drizzle 261 / 196, drizzle alone 205 / 221. The 10 % target is NOT met by any builder: the
+// difference is the builder's own statement building and execution (a CPU profile of the drizzle loop
+// shows drizzle-orm's sql builders, entity checks and pg's config cloning; the integration's routing is
+// under 0.5 % of the samples). drizzle through pg-txkit costs −13 % to +27 % against drizzle alone.
 //
 // Build and run: `npm run bench -- --only query-builders` (the runner loads the compiled module).
 
@@ -24,8 +26,12 @@ import { PrismaPg } from '@prisma/adapter-pg';
 import { eq, sql } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { integer, pgSchema } from 'drizzle-orm/pg-core';
+import knex from 'knex';
+import { Kysely, sql as kyselySql } from 'kysely';
 import pg from 'pg';
 import { drizzleClient } from '../src/integrations/drizzle/index.js';
+import { knexConfig } from '../src/integrations/knex/index.js';
+import { kyselyDialect } from '../src/integrations/kysely/index.js';
 import { prismaAdapter } from '../src/integrations/prisma/index.js';
 import { TxManager } from '../src/tx/tx-manager.js';
 import { PrismaClient } from '../test/fixtures/query-builders/prisma/generated/client.js';
@@ -93,6 +99,10 @@ export async function run(context: QueryBuildersContext): Promise<QueryBuildersR
   const tm = new TxManager(pool);
   const db = drizzle({ client: drizzleClient(tm) });
   const prisma = new PrismaClient({ adapter: prismaAdapter(tm, { pg: { schema: SCHEMA } }) });
+  const kysely = new Kysely<{ 'bench_qb.accounts': { id: number; balance: number } }>({
+    dialect: kyselyDialect(tm),
+  });
+  const knexDb = knex(knexConfig(tm));
   // Each builder at its best without pg-txkit: its own transaction on a pg.Pool of its own.
   const ownPool = new pg.Pool({ connectionString: context.url, max: LOOPS + 2 });
   ownPool.on('error', () => {});
@@ -116,6 +126,26 @@ export async function run(context: QueryBuildersContext): Promise<QueryBuildersR
             .update(accounts)
             .set({ balance: sql`${accounts.balance} + 1` })
             .where(eq(accounts.id, id));
+        });
+      },
+    },
+    {
+      name: 'Kysely (kyselyDialect)',
+      tx: async (id) => {
+        await tm.doOrThrow(async () => {
+          await kysely
+            .updateTable('bench_qb.accounts')
+            .set({ balance: kyselySql`balance + 1` })
+            .where('id', '=', id)
+            .execute();
+        });
+      },
+    },
+    {
+      name: 'Knex (knexConfig)',
+      tx: async (id) => {
+        await tm.doOrThrow(async () => {
+          await knexDb(`${SCHEMA}.accounts`).where({ id }).increment('balance', 1);
         });
       },
     },
@@ -227,6 +257,8 @@ export async function run(context: QueryBuildersContext): Promise<QueryBuildersR
   } finally {
     await prisma.$disconnect().catch(() => {});
     await prismaAlone.$disconnect().catch(() => {});
+    await kysely.destroy().catch(() => {});
+    await knexDb.destroy().catch(() => {});
     await pool.query(`DROP SCHEMA IF EXISTS ${SCHEMA} CASCADE`).catch(() => {});
     await pool.end();
     await ownPool.end();

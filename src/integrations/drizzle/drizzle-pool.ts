@@ -13,9 +13,10 @@ import { DrizzleTransactionClient } from './drizzle-transaction-client.js';
  *   drizzle's BEGIN / COMMIT / ROLLBACK into a scope of the manager.
  * The pool to configure, watch and `end()` is the one the `TxManager` was made with.
  *
- * Cost (bench/query-builders.ts, client CPU per one-UPDATE transaction, two runs): 261 / 196 µs through
- * this client, 205 / 221 µs for drizzle alone on its own pool, 141 / 154 µs for raw `tm.do`; the routing
- * here is under 0.5 % of a CPU profile's samples, the rest is drizzle building and running its statement.
+ * Cost (bench/query-builders.ts, client CPU per one-UPDATE transaction, medians of two runs): 231 / 260 µs
+ * through this client, 265 / 275 µs for drizzle alone on its own pool, 186 / 201 µs for raw `tm.do`; the
+ * routing here is under 0.5 % of a CPU profile's samples, the rest is drizzle building and running its
+ * statement.
  *
  * @example
  * const db = drizzle({ client: new DrizzleTxPool(tm, { propagation: 'required' }) });
