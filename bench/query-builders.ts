@@ -19,6 +19,8 @@
 // difference is the builder's own statement building and execution (a CPU profile of the drizzle loop
 // shows drizzle-orm's sql builders, entity checks and pg's config cloning; the integration's routing is
 // under 0.5 % of the samples). drizzle through pg-txkit costs −13 % to +27 % against drizzle alone.
+// With each builder alone too (third run): raw 163; drizzle 230, alone 235 (−2 %); Kysely 195, alone 173
+// (+13 %); Knex 212, alone 468 (−55 %: knex's own transaction machinery); Prisma 418, alone 619.
 //
 // Build and run: `npm run bench -- --only query-builders` (the runner loads the compiled module).
 
@@ -27,7 +29,7 @@ import { eq, sql } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { integer, pgSchema } from 'drizzle-orm/pg-core';
 import knex from 'knex';
-import { Kysely, sql as kyselySql } from 'kysely';
+import { Kysely, sql as kyselySql, PostgresDialect } from 'kysely';
 import pg from 'pg';
 import { drizzleClient } from '../src/integrations/drizzle/index.js';
 import { knexConfig } from '../src/integrations/knex/index.js';
@@ -107,6 +109,10 @@ export async function run(context: QueryBuildersContext): Promise<QueryBuildersR
   const ownPool = new pg.Pool({ connectionString: context.url, max: LOOPS + 2 });
   ownPool.on('error', () => {});
   const drizzleAlone = drizzle({ client: ownPool });
+  const kyselyAlone = new Kysely<{ 'bench_qb.accounts': { id: number; balance: number } }>({
+    dialect: new PostgresDialect({ pool: ownPool }),
+  });
+  const knexAlone = knex({ client: 'pg', connection: context.url, pool: { min: 0, max: LOOPS + 2 } });
   const prismaAlone = new PrismaClient({ adapter: new PrismaPg(ownPool, { schema: SCHEMA }) });
 
   const contenders: { name: string; tx: Transaction }[] = [
@@ -157,6 +163,26 @@ export async function run(context: QueryBuildersContext): Promise<QueryBuildersR
             .update(accounts)
             .set({ balance: sql`${accounts.balance} + 1` })
             .where(eq(accounts.id, id));
+        });
+      },
+    },
+    {
+      name: 'Kysely alone (its transaction() on a pg.Pool)',
+      tx: async (id) => {
+        await kyselyAlone.transaction().execute(async (trx) => {
+          await trx
+            .updateTable('bench_qb.accounts')
+            .set({ balance: kyselySql`balance + 1` })
+            .where('id', '=', id)
+            .execute();
+        });
+      },
+    },
+    {
+      name: 'Knex alone (its transaction() on its pool)',
+      tx: async (id) => {
+        await knexAlone.transaction(async (trx) => {
+          await trx(`${SCHEMA}.accounts`).where({ id }).increment('balance', 1);
         });
       },
     },
@@ -245,6 +271,8 @@ export async function run(context: QueryBuildersContext): Promise<QueryBuildersR
             `${c.name}: ${(((cpuOf(c.name) - base) / base) * 100).toFixed(1)}% client CPU above raw tm.do`,
         ),
       `drizzle through pg-txkit vs drizzle alone: ${pct(cpuOf('drizzle (drizzleClient)'), cpuOf('drizzle alone (its db.transaction on a pg.Pool)'))} client CPU`,
+      `Kysely through pg-txkit vs Kysely alone: ${pct(cpuOf('Kysely (kyselyDialect)'), cpuOf('Kysely alone (its transaction() on a pg.Pool)'))} client CPU`,
+      `Knex through pg-txkit vs Knex alone: ${pct(cpuOf('Knex (knexConfig)'), cpuOf('Knex alone (its transaction() on its pool)'))} client CPU`,
       `Prisma through pg-txkit vs Prisma alone: ${pct(cpuOf('Prisma (prismaAdapter)'), cpuOf('Prisma alone ($transaction on @prisma/adapter-pg)'))} client CPU`,
       `throughput: ${LOOPS} loops, one row each, median of ${ROUNDS} interleaved rounds of ${roundMs} ms`,
     ];
@@ -259,6 +287,7 @@ export async function run(context: QueryBuildersContext): Promise<QueryBuildersR
     await prismaAlone.$disconnect().catch(() => {});
     await kysely.destroy().catch(() => {});
     await knexDb.destroy().catch(() => {});
+    await knexAlone.destroy().catch(() => {});
     await pool.query(`DROP SCHEMA IF EXISTS ${SCHEMA} CASCADE`).catch(() => {});
     await pool.end();
     await ownPool.end();
