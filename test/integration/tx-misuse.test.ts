@@ -23,6 +23,9 @@ afterAll(async () => {
   await expectClean(pool, url);
 });
 
+/** `.then(...settled)`: how a do() call ended, `{ value }` or `{ error }`, without throwing. */
+const settled = [(value: unknown) => ({ value }), (error: unknown) => ({ error })] as const;
+
 const count = async (): Promise<number> =>
   (await pool.query<{ n: number }>('SELECT count(*)::int AS n FROM m')).rows[0]?.n ?? -1;
 
@@ -57,10 +60,7 @@ describe('only the driver errors of this transaction are classified', () => {
           await tx.query('INSERT INTO m VALUES ($1)', [calls]);
           throw thrown;
         })
-        .then(
-          (value) => ({ value }),
-          (error: unknown) => ({ error }),
-        );
+        .then(...settled);
       expect(calls).toBe(1);
       expect(outcome).toEqual({ error: thrown });
       expect((outcome as { error: unknown }).error).toBe(thrown);
@@ -146,10 +146,7 @@ describe('transaction control through tx.query', () => {
         await tx.query('INSERT INTO m VALUES (2)').catch(() => {});
         return 'ok';
       })
-      .then(
-        (value) => ({ value }),
-        (error: unknown) => ({ error }),
-      );
+      .then(...settled);
     await logged.end();
     // Checked from another connection: nothing the transaction wrote was committed.
     const rows = (await pool.query<{ id: number }>('SELECT id FROM m ORDER BY id')).rows.map((r) => r.id);
@@ -222,10 +219,7 @@ describe('transaction control through tx.query', () => {
         });
         return 'ok';
       })
-      .then(
-        (value) => ({ value }),
-        (error: unknown) => ({ error }),
-      );
+      .then(...settled);
     await logged.end();
     expect(caught).toBeInstanceOf(TxUsageError);
     expect(outcome).toEqual({ error: caught });
@@ -260,10 +254,7 @@ describe('transaction control through tx.query', () => {
         );
         return 'ok';
       })
-      .then(
-        (value) => ({ value }),
-        (error: unknown) => ({ error }),
-      );
+      .then(...settled);
     expect((outcome as { error: TxUsageError }).error.reason).toBe('transaction-control');
     expect(await count()).toBe(0);
   });
@@ -284,10 +275,7 @@ describe('transaction control through tx.query', () => {
         );
         return 'ok';
       })
-      .then(
-        (value) => ({ value }),
-        (error: unknown) => ({ error }),
-      );
+      .then(...settled);
     expect((outcome as { error: TxUsageError }).error.reason).toBe('transaction-control');
     expect(await count()).toBe(0);
   });
@@ -348,10 +336,7 @@ describe('an error a query builder wraps or replaces', () => {
         await tx.query('INSERT INTO m VALUES (1)');
         throw thrown;
       })
-      .then(
-        (value) => ({ value }),
-        (error: unknown) => ({ error }),
-      );
+      .then(...settled);
     expect(calls).toBe(1);
     expect((outcome as { error: unknown }).error).toBe(thrown);
     expect(await count()).toBe(0);
@@ -366,10 +351,7 @@ describe('an error a query builder wraps or replaces', () => {
       .do(async () => {
         throw a;
       })
-      .then(
-        (value) => ({ value }),
-        (error: unknown) => ({ error }),
-      );
+      .then(...settled);
     expect((outcome as { error: unknown }).error).toBe(a);
   });
 
@@ -416,10 +398,7 @@ describe('an error a query builder wraps or replaces', () => {
           .catch(() => tx.query('ROLLBACK TO SAVEPOINT before_insert'));
         throw thrown;
       })
-      .then(
-        (value) => ({ value }),
-        (error: unknown) => ({ error }),
-      );
+      .then(...settled);
     expect(calls).toBe(1);
     expect((outcome as { error: unknown }).error).toBe(thrown);
     expect(await count()).toBe(0);

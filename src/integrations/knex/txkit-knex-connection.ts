@@ -45,8 +45,11 @@ export class TxKitKnexConnection<C extends Record<string, unknown>> {
   }
 
   async #run(config: pg.QueryConfig): Promise<pg.QueryResult> {
-    const [control] = controlStatements(config.text);
-    if (control?.type === 'control' && controlStatements(config.text).length === 1) {
+    // Knex's own BEGIN / COMMIT / ROLLBACK of a transaction arrive alone; anything else goes on (and a
+    // transaction-control statement inside tm.do is refused there before it is sent).
+    const statements = controlStatements(config.text);
+    const control = statements.length === 1 ? statements[0] : undefined;
+    if (control?.type === 'control') {
       const statement = control.statement.toLowerCase();
       if (/^(begin|start)\b/.test(statement) && this.#scope === undefined) {
         const isolation = ISOLATION.find(([re]) => re.test(statement))?.[1];
