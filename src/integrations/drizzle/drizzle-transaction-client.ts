@@ -66,11 +66,15 @@ export class DrizzleTransactionClient<C extends Record<string, unknown>> {
     return this.#tm.db().query(asConfig(query), values);
   }
 
-  /** drizzle gives the client back after COMMIT / ROLLBACK; a scope still open is rolled back. */
+  /**
+   * drizzle gives the client back after its COMMIT / ROLLBACK; a scope still open (drizzle sent
+   * neither) is rolled back. Nobody awaits this: a failure of that rollback is the manager's to report
+   * (its `onRollback` hook), never an unhandled rejection.
+   */
   release(): void {
     if (this.#scope !== undefined && !this.#ended) {
       this.#ended = true;
-      void this.#scope.rollback();
+      this.#scope.rollback().catch(() => {});
     }
   }
 }
