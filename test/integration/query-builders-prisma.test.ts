@@ -188,3 +188,53 @@ describe('a tm.do callback that returns a Prisma query without awaiting it', () 
     }
   });
 });
+
+describe("Prisma's same-tick findUnique batching (docs/query-builders.md)", () => {
+  /** Two transactions that each insert their own row, then read at the same tick of the event loop. */
+  async function sameTick<T>(read: (prisma: PrismaClient, id: number) => Promise<T>): Promise<T[]> {
+    const { tm, prisma, end } = recorded();
+    try {
+      let arrived = 0;
+      let open!: () => void;
+      const together = new Promise<void>((resolve) => {
+        open = resolve;
+      });
+      const run = (id: number) =>
+        tm.doOrThrow(async () => {
+          await prisma.item.create({ data: { id, label: `own ${id}` } });
+          if (++arrived === 2) open();
+          await together; // both continue in the same microtask checkpoint: the same tick
+          return read(prisma, id);
+        });
+      return await Promise.all([run(1), run(2)]);
+    } finally {
+      await end();
+    }
+  }
+
+  it('the documented way: findFirst (never batched) reads each transaction its own uncommitted row', async () => {
+    const rows = await sameTick((prisma, id) => prisma.item.findFirst({ where: { id } }));
+    expect(rows).toEqual([
+      { id: 1, label: 'own 1' },
+      { id: 2, label: 'own 2' },
+    ]);
+  });
+
+  it('the documented way: findUnique inside $transaction (batched per transaction) does too', async () => {
+    const rows = await sameTick((prisma, id) =>
+      prisma.$transaction((p) => p.item.findUnique({ where: { id } })),
+    );
+    expect(rows).toEqual([
+      { id: 1, label: 'own 1' },
+      { id: 2, label: 'own 2' },
+    ]);
+  });
+
+  it('control: a bare findUnique in both is batched into ONE query, run in one transaction (the limit)', async () => {
+    const rows = await sameTick((prisma, id) => prisma.item.findUnique({ where: { id } }));
+    // The batch ran in the transaction that asked first: the other's own row is not seen (it read in the
+    // first one's snapshot). Which one asked first is up to the event loop.
+    expect(rows.filter((row) => row === null)).toHaveLength(1);
+    expect(rows.filter((row) => row !== null)).toHaveLength(1);
+  });
+});
