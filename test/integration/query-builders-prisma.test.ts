@@ -191,7 +191,7 @@ describe('a tm.do callback that returns a Prisma query without awaiting it', () 
 
 describe("Prisma's same-tick findUnique batching (docs/query-builders.md)", () => {
   /** Two transactions that each insert their own row, then read at the same tick of the event loop. */
-  async function sameTick<T>(read: (prisma: PrismaClient, id: number) => Promise<T>): Promise<T[]> {
+  async function sameTick(read: (prisma: PrismaClient, id: number) => Promise<unknown>): Promise<unknown[]> {
     const { tm, prisma, end } = recorded();
     try {
       let arrived = 0;
