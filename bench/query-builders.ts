@@ -1,35 +1,34 @@
-// The cost of each query-builder integration against raw `tm.do`, on the same transaction: a single-row
-// UPDATE by primary key inside `tm.do` (BEGIN …; UPDATE; COMMIT on the transaction's pinned client),
-// written with tx.query, with drizzle over drizzleClient(tm), Prisma over prismaAdapter(tm), Kysely over
-// kyselyDialect(tm) and Knex over knexConfig(tm).
+// Client CPU per transaction of each query-builder integration against raw `tm.do`, against raw `tm.do`
+// running the builder's own compiled SQL (its query building alone), and against the builder alone (its
+// own pool and BEGIN/COMMIT, no manager), on the same transaction: read one account by id, then add to
+// its balance (BEGIN; SELECT; UPDATE; COMMIT), run by 4 concurrent loops on their own rows (no lock
+// waits). The builders build their SQL per call, as an application does.
 //
-// What counts is the client CPU per transaction (one loop, sequential: the integration's own cost,
-// little sensitive to a busy machine); throughput with 8 concurrent loops is reported beside it.
-// Contenders run in interleaved rounds, the order rotated each round; medians with min–max.
-// Target: Kysely, drizzle and Knex ≤ 10 % client CPU above raw tm.do. Prisma is reported for information: its query
-// engine (a WebAssembly query compiler and an interpreter of its plan) costs what it costs with or
-// without pg-txkit. Each builder also runs alone (its own transaction on a pg.Pool of its own, no
-// pg-txkit): the competitor at its best, in the same run.
+// CPU is this process's (process.cpuUsage, user + system: the server runs in other processes) divided
+// by the transactions committed. Rounds are interleaved, the order rotated each round, so machine noise
+// hits every contender alike; each figure is the median round with its min–max. Throughput (the
+// runner's ops/s column) is the same rounds' transactions per wall-clock second.
 //
-// Measured (2 shared cores, `--duration 3000`; client CPU µs per transaction, medians of two runs with
-// all builders): raw tm.do 186 / 201; drizzle through drizzleClient 231 / 260 (+24 % / +30 %), drizzle
-// alone 265 / 275; Kysely 237 / 262 (+28 % / +30 %); Knex 260 / 248 (+40 % / +23 %); Prisma through
-// prismaAdapter 418 / 394, Prisma alone 569 / 576. Two earlier runs (raw, drizzle, Prisma only): raw
-// 141 / 154, drizzle 261 / 196, drizzle alone 205 / 221. The 10 % target is NOT met by any builder: the
-// difference is the builder's own statement building and execution (a CPU profile of the drizzle loop
-// shows drizzle-orm's sql builders, entity checks and pg's config cloning; the integration's routing is
-// under 0.5 % of the samples). drizzle through pg-txkit costs −13 % to +27 % against drizzle alone.
-// With each builder alone too (third run): raw 163; drizzle 230, alone 235 (−2 %); Kysely 195, alone 173
-// (+13 %); Knex 212, alone 468 (−55 %: knex's own transaction machinery); Prisma 418, alone 619.
+// Measured (2 shared cores, other developers' tests running; µs of client CPU per transaction, medians
+// of 9 rounds, two runs): raw tm.do 170.3 / 190.5; Kysely compiled 220.3 / 225.2, through kyselyDialect
+// 215.7 / 249.8, alone 222.5 / 235.9; Knex compiled 231.4 / 238.0, through knexConfig 266.7 / 286.2,
+// alone 371.4 / 410.0; drizzle compiled 262.3 / 284.3, through drizzleClient 297.2 / 314.3, alone
+// 304.2 / 333.4; Prisma through prismaAdapter 545.6 / 591.7, alone 755.7 / 773.0. (The first version of
+// this file, Kysely and Knex only, one run: raw 187.9, Kysely 239.6, Knex 265.0.) Table and reading in
+// docs/query-builders.md ("Cost").
 //
-// Build and run: `npm run bench -- --only query-builders` (the runner loads the compiled module).
-
+// Target: Kysely, drizzle and Knex ≤ 10 % client CPU above raw tm.do. Prisma is reported for
+// information: its query engine (a WebAssembly query compiler and an interpreter of its plan) costs what
+// it costs with or without pg-txkit.
+//
+// Run: `npm run bench -- --only query-builders` (the runner loads the compiled module; `run()` is its
+// contract).
 import { PrismaPg } from '@prisma/adapter-pg';
 import { eq, sql } from 'drizzle-orm';
-import { drizzle } from 'drizzle-orm/node-postgres';
+import { drizzle, type NodePgDatabase } from 'drizzle-orm/node-postgres';
 import { integer, pgSchema } from 'drizzle-orm/pg-core';
-import knex from 'knex';
-import { Kysely, sql as kyselySql, PostgresDialect } from 'kysely';
+import knex, { type Knex } from 'knex';
+import { Kysely, PostgresDialect } from 'kysely';
 import pg from 'pg';
 import { drizzleClient } from '../src/integrations/drizzle/index.js';
 import { knexConfig } from '../src/integrations/knex/index.js';
@@ -38,21 +37,32 @@ import { prismaAdapter } from '../src/integrations/prisma/index.js';
 import { TxManager } from '../src/tx/tx-manager.js';
 import { PrismaClient } from '../test/fixtures/query-builders/prisma/generated/client.js';
 
-/** Concurrent loops of the throughput phase (one row each: no lock waits). */
-const LOOPS = 8;
-/** Interleaved rounds of each phase; the median round counts. */
-const ROUNDS = 5;
-/** Transactions per contender and round of the CPU phase. */
-const CPU_TX = 1000;
-/** The schema of the benchmark's table (Prisma's generated SQL names it; adapter-pg's `schema` option). */
+/** Concurrent loops, one row each. */
+const LOOPS = 4;
+/** Measured rounds per contender (interleaved); the median counts. */
+const ROUNDS = 9;
+/** Transactions per loop per round. */
+const PER_ROUND = 500;
+/**
+ * The benchmark's own schema: its `accounts` table is the one the suite's Prisma schema declares
+ * (adapter-pg's `schema` option points Prisma's generated SQL at it).
+ */
 const SCHEMA = 'bench_qb';
+const TABLE = `${SCHEMA}.accounts`;
 
+interface Database {
+  'bench_qb.accounts': { id: number; balance: number };
+}
 const accounts = pgSchema(SCHEMA).table('accounts', {
   id: integer().primaryKey(),
   balance: integer().notNull(),
 });
+type Drizzle = Pick<NodePgDatabase, 'select' | 'update'>;
+type PrismaLike = Pick<PrismaClient, 'account'>;
 
-/** One measured row of the result. */
+type Transaction = (id: number) => Promise<unknown>;
+
+/** One measured row of the result (the runner's shape). */
 export interface QueryBuildersRow {
   readonly name: string;
   readonly opsPerSec: number;
@@ -75,19 +85,51 @@ export interface QueryBuildersContext {
   readonly signal?: AbortSignal;
 }
 
-type Transaction = (id: number) => Promise<void>;
+/** The transaction's work in Kysely, on `db` or on a transaction of it. */
+async function kyselyWork(db: Kysely<Database>, id: number): Promise<void> {
+  const row = await db
+    .selectFrom('bench_qb.accounts')
+    .select(['id', 'balance'])
+    .where('id', '=', id)
+    .executeTakeFirstOrThrow();
+  await db
+    .updateTable('bench_qb.accounts')
+    .set((eb) => ({ balance: eb('balance', '+', 1) }))
+    .where('id', '=', row.id)
+    .execute();
+}
 
-const median = (values: readonly number[]): number => {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted.length ? (sorted[Math.floor((sorted.length - 1) / 2)] ?? 0) : 0;
+/** The transaction's work in Knex, on `db` or on a transaction of it. */
+async function knexWork(db: Knex, id: number): Promise<void> {
+  const row = await db<Database['bench_qb.accounts']>(TABLE).select('id', 'balance').where({ id }).first();
+  await db(TABLE).where({ id: row?.id }).increment('balance', 1);
+}
+
+/** The transaction's work in drizzle, on `db` or on a transaction of it. */
+async function drizzleWork(db: Drizzle, id: number): Promise<void> {
+  const [row] = await db
+    .select({ id: accounts.id, balance: accounts.balance })
+    .from(accounts)
+    .where(eq(accounts.id, id));
+  await db
+    .update(accounts)
+    .set({ balance: sql`${accounts.balance} + 1` })
+    .where(eq(accounts.id, row?.id ?? id));
+}
+
+/** The transaction's work in Prisma, on the client or on its interactive transaction's client. */
+async function prismaWork(db: PrismaLike, id: number): Promise<void> {
+  const row = await db.account.findFirst({ where: { id }, select: { id: true, balance: true } });
+  await db.account.update({ where: { id: row?.id ?? id }, data: { balance: { increment: 1 } } });
+}
+
+const median = (xs: readonly number[]): number => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor(s.length / 2)] ?? Number.NaN;
 };
-const pct = (value: number, of: number): string =>
-  `${value >= of ? '+' : ''}${(((value - of) / (of || 1)) * 100).toFixed(1)}%`;
-const range = (values: readonly number[]): string =>
-  values.length ? `${Math.round(Math.min(...values))}–${Math.round(Math.max(...values))}` : '?';
 
 /**
- * Measures drizzle's and Prisma's integrations against raw `tm.do`.
+ * Measures each builder integration's client CPU per transaction against raw `tm.do`.
  *
  * @example
  * const result = await run({ url: 'postgres://postgres@127.0.0.1:5432/bench', durationMs: 3000 });
@@ -96,200 +138,174 @@ const range = (values: readonly number[]): string =>
 export async function run(context: QueryBuildersContext): Promise<QueryBuildersResult> {
   const signal = context.signal ?? new AbortController().signal;
   const onProgress = context.onProgress ?? (() => {});
-  const pool = new pg.Pool({ connectionString: context.url, max: LOOPS + 2 });
+  const pool = new pg.Pool({ connectionString: context.url, max: LOOPS + 1 });
   pool.on('error', () => {});
-  const tm = new TxManager(pool);
-  const db = drizzle({ client: drizzleClient(tm) });
-  const prisma = new PrismaClient({ adapter: prismaAdapter(tm, { pg: { schema: SCHEMA } }) });
-  const kysely = new Kysely<{ 'bench_qb.accounts': { id: number; balance: number } }>({
-    dialect: kyselyDialect(tm),
-  });
-  const knexDb = knex(knexConfig(tm));
-  // Each builder at its best without pg-txkit: its own transaction on a pg.Pool of its own.
-  const ownPool = new pg.Pool({ connectionString: context.url, max: LOOPS + 2 });
+  // The builders alone use a pool of their own, as an application without pg-txkit would.
+  const ownPool = new pg.Pool({ connectionString: context.url, max: LOOPS + 1 });
   ownPool.on('error', () => {});
+  const tm = new TxManager(pool);
+  const kysely = new Kysely<Database>({ dialect: kyselyDialect(tm) });
+  const kx = knex(knexConfig(tm));
+  const dz = drizzle({ client: drizzleClient(tm) });
+  const prisma = new PrismaClient({ adapter: prismaAdapter(tm, { pg: { schema: SCHEMA } }) });
+  const kyselyAlone = new Kysely<Database>({ dialect: new PostgresDialect({ pool: ownPool }) });
+  const knexAlone = knex({ client: 'pg', connection: context.url, pool: { min: 0, max: LOOPS } });
   const drizzleAlone = drizzle({ client: ownPool });
-  const kyselyAlone = new Kysely<{ 'bench_qb.accounts': { id: number; balance: number } }>({
-    dialect: new PostgresDialect({ pool: ownPool }),
-  });
-  const knexAlone = knex({ client: 'pg', connection: context.url, pool: { min: 0, max: LOOPS + 2 } });
   const prismaAlone = new PrismaClient({ adapter: new PrismaPg(ownPool, { schema: SCHEMA }) });
 
   const contenders: { name: string; tx: Transaction }[] = [
     {
       name: 'raw tm.do (tx.query)',
-      tx: async (id) => {
-        await tm.doOrThrow(async (tx) => {
-          await tx.query(`UPDATE ${SCHEMA}.accounts SET balance = balance + 1 WHERE id = $1`, [id]);
-        });
-      },
+      tx: (id) =>
+        tm.doOrThrow(async (tx) => {
+          const { rows } = await tx.query<{ id: number }>(`SELECT id, balance FROM ${TABLE} WHERE id = $1`, [
+            id,
+          ]);
+          await tx.query(`UPDATE ${TABLE} SET balance = balance + $1 WHERE id = $2`, [1, rows[0]?.id]);
+        }),
     },
     {
-      name: 'drizzle (drizzleClient)',
-      tx: async (id) => {
-        await tm.doOrThrow(async () => {
-          await db
+      // A builder's compile step alone, on raw tm.do: what its integration adds is the rest.
+      name: "raw tm.do + Kysely's compile()",
+      tx: (id) =>
+        tm.doOrThrow(async (tx) => {
+          const read = kysely
+            .selectFrom('bench_qb.accounts')
+            .select(['id', 'balance'])
+            .where('id', '=', id)
+            .compile();
+          const { rows } = await tx.query<{ id: number }>(read.sql, read.parameters);
+          const write = kysely
+            .updateTable('bench_qb.accounts')
+            .set((eb) => ({ balance: eb('balance', '+', 1) }))
+            .where('id', '=', rows[0]?.id ?? id)
+            .compile();
+          await tx.query(write.sql, write.parameters);
+        }),
+    },
+    {
+      name: "raw tm.do + Knex's toSQL().toNative()",
+      tx: (id) =>
+        tm.doOrThrow(async (tx) => {
+          const read = kx(TABLE).select('id', 'balance').where({ id }).first().toSQL().toNative();
+          const { rows } = await tx.query<{ id: number }>(read.sql, read.bindings);
+          const write = kx(TABLE)
+            .where({ id: rows[0]?.id ?? id })
+            .increment('balance', 1)
+            .toSQL()
+            .toNative();
+          await tx.query(write.sql, write.bindings);
+        }),
+    },
+    {
+      name: "raw tm.do + drizzle's toSQL()",
+      tx: (id) =>
+        tm.doOrThrow(async (tx) => {
+          const read = dz
+            .select({ id: accounts.id, balance: accounts.balance })
+            .from(accounts)
+            .where(eq(accounts.id, id))
+            .toSQL();
+          const { rows } = await tx.query<{ id: number }>(read.sql, read.params);
+          const write = dz
             .update(accounts)
             .set({ balance: sql`${accounts.balance} + 1` })
-            .where(eq(accounts.id, id));
-        });
-      },
+            .where(eq(accounts.id, rows[0]?.id ?? id))
+            .toSQL();
+          await tx.query(write.sql, write.params);
+        }),
+    },
+    { name: 'Kysely (kyselyDialect)', tx: (id) => tm.doOrThrow(() => kyselyWork(kysely, id)) },
+    { name: 'Knex (knexConfig)', tx: (id) => tm.doOrThrow(() => knexWork(kx, id)) },
+    { name: 'drizzle (drizzleClient)', tx: (id) => tm.doOrThrow(() => drizzleWork(dz, id)) },
+    { name: 'Prisma (prismaAdapter)', tx: (id) => tm.doOrThrow(() => prismaWork(prisma, id)) },
+    {
+      name: 'Kysely alone (PostgresDialect, db.transaction())',
+      tx: (id) => kyselyAlone.transaction().execute((trx) => kyselyWork(trx, id)),
     },
     {
-      name: 'Kysely (kyselyDialect)',
-      tx: async (id) => {
-        await tm.doOrThrow(async () => {
-          await kysely
-            .updateTable('bench_qb.accounts')
-            .set({ balance: kyselySql`balance + 1` })
-            .where('id', '=', id)
-            .execute();
-        });
-      },
+      name: 'Knex alone (client pg, knex.transaction())',
+      tx: (id) => knexAlone.transaction((trx) => knexWork(trx, id)),
     },
     {
-      name: 'Knex (knexConfig)',
-      tx: async (id) => {
-        await tm.doOrThrow(async () => {
-          await knexDb(`${SCHEMA}.accounts`).where({ id }).increment('balance', 1);
-        });
-      },
+      name: 'drizzle alone (pg.Pool, db.transaction())',
+      tx: (id) => drizzleAlone.transaction((trx) => drizzleWork(trx, id)),
     },
     {
-      name: 'drizzle alone (its db.transaction on a pg.Pool)',
-      tx: async (id) => {
-        await drizzleAlone.transaction(async (trx) => {
-          await trx
-            .update(accounts)
-            .set({ balance: sql`${accounts.balance} + 1` })
-            .where(eq(accounts.id, id));
-        });
-      },
-    },
-    {
-      name: 'Kysely alone (its transaction() on a pg.Pool)',
-      tx: async (id) => {
-        await kyselyAlone.transaction().execute(async (trx) => {
-          await trx
-            .updateTable('bench_qb.accounts')
-            .set({ balance: kyselySql`balance + 1` })
-            .where('id', '=', id)
-            .execute();
-        });
-      },
-    },
-    {
-      name: 'Knex alone (its transaction() on its pool)',
-      tx: async (id) => {
-        await knexAlone.transaction(async (trx) => {
-          await trx(`${SCHEMA}.accounts`).where({ id }).increment('balance', 1);
-        });
-      },
-    },
-    {
-      name: 'Prisma alone ($transaction on @prisma/adapter-pg)',
-      tx: async (id) => {
-        await prismaAlone.$transaction(async (p) => {
-          await p.account.update({ where: { id }, data: { balance: { increment: 1 } } });
-        });
-      },
-    },
-    {
-      name: 'Prisma (prismaAdapter)',
-      tx: async (id) => {
-        await tm.doOrThrow(async () => {
-          await prisma.account.update({ where: { id }, data: { balance: { increment: 1 } } });
-        });
-      },
+      name: 'Prisma alone (@prisma/adapter-pg, $transaction)',
+      tx: (id) => prismaAlone.$transaction((p) => prismaWork(p, id)),
     },
   ];
   const baseline = contenders[0]?.name ?? '';
-  const total = 2 * ROUNDS * contenders.length;
-  let done = 0;
-  const roundMs = Math.max(200, Math.floor(context.durationMs / ROUNDS));
-  const rates = new Map<string, number[]>(contenders.map((c) => [c.name, []]));
   const cpu = new Map<string, number[]>(contenders.map((c) => [c.name, []]));
+  const rates = new Map<string, number[]>(contenders.map((c) => [c.name, []]));
+  /** One round of `tx` on LOOPS loops: client CPU µs per transaction, transactions per second. */
+  const round = async (tx: Transaction): Promise<{ cpu: number; rate: number }> => {
+    const before = process.cpuUsage();
+    const started = performance.now();
+    await Promise.all(
+      Array.from({ length: LOOPS }, async (_, i) => {
+        for (let n = 0; n < PER_ROUND && !signal.aborted; n++) await tx(i + 1);
+      }),
+    );
+    const used = process.cpuUsage(before);
+    const seconds = (performance.now() - started) / 1000;
+    return { cpu: (used.user + used.system) / (LOOPS * PER_ROUND), rate: (LOOPS * PER_ROUND) / seconds };
+  };
   try {
     await pool.query(`DROP SCHEMA IF EXISTS ${SCHEMA} CASCADE`);
     await pool.query(`CREATE SCHEMA ${SCHEMA}`);
-    await pool.query(`CREATE TABLE ${SCHEMA}.accounts (id int PRIMARY KEY, balance int NOT NULL)`);
-    await pool.query(`INSERT INTO ${SCHEMA}.accounts SELECT i, 0 FROM generate_series(1, $1::int) i`, [
-      LOOPS,
-    ]);
-    // Warm-up: connections, plans, Prisma's engine and drizzle's query cache.
-    for (const c of contenders) for (let i = 0; i < 200; i++) await c.tx(1 + (i % LOOPS));
-
-    // Client CPU per transaction: one loop, interleaved rounds.
-    for (let round = 0; round < ROUNDS && !signal.aborted; round++) {
+    await pool.query(`CREATE TABLE ${TABLE} (id int PRIMARY KEY, balance int NOT NULL)`);
+    await pool.query(`INSERT INTO ${TABLE} SELECT g, 0 FROM generate_series(1, ${LOOPS}) g`);
+    // Warm-up (JIT, plans, the pools' connections, Prisma's engine), not measured.
+    for (const c of contenders) await round(c.tx);
+    const total = ROUNDS * contenders.length;
+    let done = 0;
+    for (let r = 0; r < ROUNDS && !signal.aborted; r++) {
       for (let k = 0; k < contenders.length && !signal.aborted; k++) {
-        const c = contenders[(k + round) % contenders.length];
+        const c = contenders[(k + r) % contenders.length];
         if (!c) continue;
-        const before = process.cpuUsage();
-        for (let i = 0; i < CPU_TX; i++) await c.tx(1);
-        const used = process.cpuUsage(before);
-        cpu.get(c.name)?.push((used.user + used.system) / CPU_TX);
+        const measured = await round(c.tx);
+        cpu.get(c.name)?.push(measured.cpu);
+        rates.get(c.name)?.push(measured.rate);
         onProgress(++done, total);
       }
     }
-    // Throughput: LOOPS concurrent loops, each on its own row.
-    for (let round = 0; round < ROUNDS && !signal.aborted; round++) {
-      for (let k = 0; k < contenders.length && !signal.aborted; k++) {
-        const c = contenders[(k + round) % contenders.length];
-        if (!c) continue;
-        const started = performance.now();
-        const until = started + roundMs;
-        let ops = 0;
-        await Promise.all(
-          Array.from({ length: LOOPS }, async (_, i) => {
-            while (performance.now() < until && !signal.aborted) {
-              await c.tx(i + 1);
-              ops++;
-            }
-          }),
-        );
-        rates.get(c.name)?.push(ops / Math.max((performance.now() - started) / 1000, 1e-9));
-        onProgress(++done, total);
-      }
-    }
-
     const cpuOf = (name: string) => median(cpu.get(name) ?? []);
-    const base = cpuOf(baseline) || 1;
+    const raw = cpuOf(baseline);
+    const vs = (name: string, of: number) => `${((cpuOf(name) / of - 1) * 100).toFixed(1)}%`;
+    const figure = (name: string) => {
+      const xs = cpu.get(name) ?? [];
+      return `${name} ${cpuOf(name).toFixed(1)} (${Math.min(...xs).toFixed(1)}–${Math.max(...xs).toFixed(1)})`;
+    };
+    const notes = [
+      `client CPU µs per transaction (SELECT by id + UPDATE), ${LOOPS} loops × ${PER_ROUND} per round, median (min–max) of ${ROUNDS} interleaved rounds: ${contenders.map((c) => figure(c.name)).join(', ')}`,
+      `vs raw tm.do: ${contenders
+        .slice(1)
+        .map((c) => `${c.name} ${vs(c.name, raw)}`)
+        .join(', ')}`,
+      `what each integration adds over raw tm.do running the builder's own compiled SQL: Kysely ${vs('Kysely (kyselyDialect)', cpuOf("raw tm.do + Kysely's compile()"))}, Knex ${vs('Knex (knexConfig)', cpuOf("raw tm.do + Knex's toSQL().toNative()"))}, drizzle ${vs('drizzle (drizzleClient)', cpuOf("raw tm.do + drizzle's toSQL()"))}`,
+      `through pg-txkit vs the builder alone: Kysely ${vs('Kysely (kyselyDialect)', cpuOf('Kysely alone (PostgresDialect, db.transaction())'))}, Knex ${vs('Knex (knexConfig)', cpuOf('Knex alone (client pg, knex.transaction())'))}, drizzle ${vs('drizzle (drizzleClient)', cpuOf('drizzle alone (pg.Pool, db.transaction())'))}, Prisma ${vs('Prisma (prismaAdapter)', cpuOf('Prisma alone (@prisma/adapter-pg, $transaction)'))}`,
+    ];
     const rows = contenders.map((c) => ({
       name: c.name,
       opsPerSec: Math.round(median(rates.get(c.name) ?? [])),
     }));
-    const baseOps = rows[0]?.opsPerSec || 1;
-    const notes = [
-      `client CPU µs per transaction, median (min–max) of ${ROUNDS} interleaved rounds of ${CPU_TX}: ` +
-        contenders
-          .map((c) => `${c.name} ${Math.round(cpuOf(c.name))} (${range(cpu.get(c.name) ?? [])})`)
-          .join(', '),
-      ...contenders
-        .slice(1)
-        .map(
-          (c) =>
-            `${c.name}: ${(((cpuOf(c.name) - base) / base) * 100).toFixed(1)}% client CPU above raw tm.do`,
-        ),
-      `drizzle through pg-txkit vs drizzle alone: ${pct(cpuOf('drizzle (drizzleClient)'), cpuOf('drizzle alone (its db.transaction on a pg.Pool)'))} client CPU`,
-      `Kysely through pg-txkit vs Kysely alone: ${pct(cpuOf('Kysely (kyselyDialect)'), cpuOf('Kysely alone (its transaction() on a pg.Pool)'))} client CPU`,
-      `Knex through pg-txkit vs Knex alone: ${pct(cpuOf('Knex (knexConfig)'), cpuOf('Knex alone (its transaction() on its pool)'))} client CPU`,
-      `Prisma through pg-txkit vs Prisma alone: ${pct(cpuOf('Prisma (prismaAdapter)'), cpuOf('Prisma alone ($transaction on @prisma/adapter-pg)'))} client CPU`,
-      `throughput: ${LOOPS} loops, one row each, median of ${ROUNDS} interleaved rounds of ${roundMs} ms`,
-    ];
+    const base = rows[0]?.opsPerSec || 1;
     return {
       name: 'query-builders',
       baseline,
-      rows: rows.map((r) => ({ ...r, ratio: Math.round((r.opsPerSec / baseOps) * 100) / 100 })),
+      rows: rows.map((r) => ({ ...r, ratio: Math.round((r.opsPerSec / base) * 100) / 100 })),
       notes: notes.join('; '),
     };
   } finally {
     await prisma.$disconnect().catch(() => {});
     await prismaAlone.$disconnect().catch(() => {});
     await kysely.destroy().catch(() => {});
-    await knexDb.destroy().catch(() => {});
+    await kx.destroy().catch(() => {});
     await knexAlone.destroy().catch(() => {});
     await pool.query(`DROP SCHEMA IF EXISTS ${SCHEMA} CASCADE`).catch(() => {});
     await pool.end();
-    await ownPool.end();
+    await ownPool.end().catch(() => {});
   }
 }

@@ -10,6 +10,7 @@ import { updateWhere } from '../../src/patterns/update-where.js';
 import { gate } from '../../src/testing/gate.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
 import type { TxManagerOptions } from '../../src/tx/tx-manager-options.js';
+import { TxUsageError } from '../../src/tx/tx-usage-error.js';
 import {
   type BuilderInstance,
   type BuilderUnderTest,
@@ -344,6 +345,31 @@ describe.each(BUILDERS)('$name through pg-txkit', (builder) => {
       'ROLLBACK',
     ]);
   });
+
+  it.each(['COMMIT', 'END', 'COMMIT AND CHAIN', 'UPDATE accounts SET balance = 0; COMMIT'])(
+    'inside tm.do, %j written as raw SQL through the builder is refused before it is sent; nothing is committed',
+    async (text) => {
+      const { tm, db } = await setup();
+      let caught: unknown;
+      const outcome = await tm
+        .do(async () => {
+          await db.addToBalance(1, 5);
+          await db.rawSql(text).catch((error: unknown) => {
+            caught = error;
+          });
+          return 'ok';
+        })
+        .then(
+          (value) => value,
+          (error: unknown) => error,
+        );
+      expect(outcome).toBeInstanceOf(TxUsageError);
+      expect((outcome as TxUsageError).reason).toBe('transaction-control');
+      expect(caught).toBeDefined();
+      expect(log.texts).not.toContain(text);
+      expect(await balance(1)).toBe(100);
+    },
+  );
 
   it("updateWhere takes the builder's compiled query: the action and its condition in one statement", async () => {
     const { tm, db } = await setup();

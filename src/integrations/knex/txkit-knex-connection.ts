@@ -7,6 +7,9 @@ import { type BuilderTransaction, openBuilderTransaction } from '../shared/build
 
 type Callback = (error: Error | null, result?: pg.QueryResult) => void;
 
+/** Knex's BEGIN (its PostgreSQL transaction: `BEGIN;` or `BEGIN TRANSACTION ISOLATION LEVEL … READ ONLY;`). */
+const KNEX_BEGIN = /^begin(?: transaction(?: isolation level [a-z ]+?)?(?: read only)?)?$/;
+
 /** Knex's isolation levels the manager runs (PostgreSQL runs 'read uncommitted' as read committed). */
 const ISOLATION: readonly (readonly [RegExp, IsolationLevel])[] = [
   [/isolation level read uncommitted/i, 'read committed'],
@@ -45,28 +48,25 @@ export class TxKitKnexConnection<C extends Record<string, unknown>> {
   }
 
   async #run(config: pg.QueryConfig): Promise<pg.QueryResult> {
-    // Knex's own BEGIN / COMMIT / ROLLBACK of a transaction arrive alone; anything else goes on (and a
-    // transaction-control statement inside tm.do is refused there before it is sent).
+    // Knex's own BEGIN / COMMIT / ROLLBACK of a transaction, exactly as Knex writes them, arrive alone;
+    // anything else goes on (and transaction control inside tm.do is refused there before it is sent).
     const statements = controlStatements(config.text);
     const control = statements.length === 1 ? statements[0] : undefined;
-    if (control?.type === 'control') {
-      const statement = control.statement.toLowerCase();
-      if (/^(begin|start)\b/.test(statement) && this.#scope === undefined) {
-        const isolation = ISOLATION.find(([re]) => re.test(statement))?.[1];
-        this.#scope = await openBuilderTransaction(this.#tm, {
-          propagation: this.#settings.propagation,
-          ...(isolation === undefined ? {} : { isolation }),
-          ...(/\bread only\b/.test(statement) ? { readOnly: true } : {}),
-        });
-        return commandResult('BEGIN');
-      }
-      const scope = this.#scope;
-      if (scope !== undefined && /^(commit|end|rollback|abort)\b/.test(statement)) {
-        this.#scope = undefined;
-        const commit = /^(commit|end)\b/.test(statement);
-        await (commit ? scope.commit() : scope.rollback());
-        return commandResult(commit ? 'COMMIT' : 'ROLLBACK');
-      }
+    const statement = control?.type === 'control' ? control.statement.toLowerCase() : '';
+    if (KNEX_BEGIN.test(statement) && this.#scope === undefined) {
+      const isolation = ISOLATION.find(([re]) => re.test(statement))?.[1];
+      this.#scope = await openBuilderTransaction(this.#tm, {
+        propagation: this.#settings.propagation,
+        ...(isolation === undefined ? {} : { isolation }),
+        ...(/\bread only$/.test(statement) ? { readOnly: true } : {}),
+      });
+      return commandResult('BEGIN');
+    }
+    const scope = this.#scope;
+    if (scope !== undefined && (statement === 'commit' || statement === 'rollback')) {
+      this.#scope = undefined;
+      await (statement === 'commit' ? scope.commit() : scope.rollback());
+      return commandResult(statement === 'commit' ? 'COMMIT' : 'ROLLBACK');
     }
     const db = this.#scope?.tx ?? this.#tm.db();
     return db.query(config);
