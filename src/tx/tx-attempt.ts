@@ -101,6 +101,12 @@ export class TxAttempt {
   #doom: TxKitError | undefined;
   #misuse: TxUsageError | undefined;
   #lastFailure: DatabaseFailure | undefined;
+  /**
+   * The last query of this attempt failed (no query has succeeded since): the server aborted the
+   * transaction. Known when the error arrives — the transaction status ('E') is only read from the
+   * ReadyForQuery message that follows it, which may not have been processed yet.
+   */
+  #lastQueryFailed = false;
   #connectionError: unknown;
   #broken = false;
   /** The server refused a write as read-only (25006): this client reaches a read-only server; destroy it. */
@@ -192,7 +198,8 @@ export class TxAttempt {
    *   wrapped it: the `cause` chain is followed (at most {@link CAUSE_DEPTH} links, cycles stop it);
    * - an error that REPLACES pg's (a builder that converts it, as Prisma does, without a cause), when
    *   the transaction cannot commit because of the last driver error this attempt's queries raised:
-   *   the server aborted it (status 'E'), or that error doomed it. That recorded error decides.
+   *   the last query failed and none has succeeded since (the server aborted the transaction; status
+   *   'E'), or that error doomed it. That recorded error decides.
    * Anything else a callback throws — an HTTP client's ECONNRESET while the transaction is healthy, a
    * message that merely mentions a timeout, a plain object with a SQLSTATE-like `code`, a wrapper around
    * another connection's error — is not, and `undefined` comes back.
@@ -210,7 +217,9 @@ export class TxAttempt {
       link = (link as { cause?: unknown }).cause;
     }
     const recorded = this.#lastFailure;
-    if (recorded !== undefined && (this.#doom === recorded || this.aborted)) return recorded;
+    if (recorded !== undefined && (this.#doom === recorded || this.#lastQueryFailed || this.aborted)) {
+      return recorded;
+    }
     return undefined;
   }
 
@@ -420,6 +429,7 @@ export class TxAttempt {
         values === undefined
           ? await this.client.query<R>(text as pg.QueryConfig)
           : await this.client.query<R>(text as pg.QueryConfig, values as unknown[]);
+      this.#lastQueryFailed = false;
       if (fromScope) this.#checkStillInTransaction();
       return result;
     } catch (error) {
@@ -514,6 +524,7 @@ export class TxAttempt {
    */
   #noteQueryError(error: unknown): unknown {
     if (typeof error === 'object' && error !== null) this.#driverErrors.add(error);
+    this.#lastQueryFailed = true;
     const failure = classify(error);
     if (failure === undefined) return error;
     if (this.#broken && NOT_SENT.some((m) => (error as { message?: unknown }).message === m)) {
