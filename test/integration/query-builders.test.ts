@@ -376,6 +376,38 @@ describe.each(BUILDERS)('$name through pg-txkit', (builder) => {
     },
   );
 
+  it("outside tm.do, a COMMIT of the builder's transaction refused with 40001 rejects with SerializationFailure, once", async () => {
+    const { db } = await setup({ defaults: { isolation: 'serializable', ...noBackoff } });
+    const g = gate();
+    const other = await admin.connect();
+    let calls = 0;
+    try {
+      await other.query('BEGIN ISOLATION LEVEL SERIALIZABLE');
+      await other.query('SELECT count(*) FROM doctors WHERE on_call');
+      const done = db
+        .transaction(async (trx) => {
+          calls++;
+          if ((await trx.onCallCount(1)) < 2) return;
+          await trx.goOffCall(1, 'bob');
+          await g.at('before-commit');
+        })
+        .then(
+          () => undefined,
+          (error: unknown) => error,
+        );
+      await g.reached('before-commit');
+      await other.query("UPDATE doctors SET on_call = false WHERE name = 'alice'");
+      await other.query('COMMIT');
+      g.open('before-commit');
+      expect(kindOf(await done)).toBe('SerializationFailure');
+    } finally {
+      other.release();
+    }
+    expect(calls).toBe(1);
+    const onCall = await admin.query<{ n: number }>('SELECT count(*)::int AS n FROM doctors WHERE on_call');
+    expect(onCall.rows[0]?.n).toBe(1);
+  });
+
   it("updateWhere takes the builder's compiled query: the action and its condition in one statement", async () => {
     const { tm, db } = await setup();
     const debited = await tm.do(() => updateWhere(tm.db(), db.compileDebit(1, 60)));
