@@ -102,12 +102,11 @@ export class TxAttempt {
   #misuse: TxUsageError | undefined;
   #lastFailure: DatabaseFailure | undefined;
   /**
-   * The last statement sent failed: the server's transaction is aborted until a ROLLBACK TO SAVEPOINT
-   * succeeds (the only statement that can). Known as soon as pg rejects the query, at the server's
-   * ErrorResponse; the status byte ('E') comes with the ReadyForQuery after it, possibly in a later read
-   * of the socket, so a builder's replacement error can reach {@link TxAttempt.failureOf} first.
+   * The last query of this attempt failed (no query has succeeded since): the server aborted the
+   * transaction. Known when the error arrives — the transaction status ('E') is only read from the
+   * ReadyForQuery message that follows it, which may not have been processed yet.
    */
-  #lastStatementFailed = false;
+  #lastQueryFailed = false;
   #connectionError: unknown;
   #broken = false;
   /** The server refused a write as read-only (25006): this client reaches a read-only server; destroy it. */
@@ -199,7 +198,8 @@ export class TxAttempt {
    *   wrapped it: the `cause` chain is followed (at most {@link CAUSE_DEPTH} links, cycles stop it);
    * - an error that REPLACES pg's (a builder that converts it, as Prisma does, without a cause), when
    *   the transaction cannot commit because of the last driver error this attempt's queries raised:
-   *   the server aborted it (status 'E'), or that error doomed it. That recorded error decides.
+   *   the last query failed and none has succeeded since (the server aborted the transaction; status
+   *   'E'), or that error doomed it. That recorded error decides.
    * Anything else a callback throws — an HTTP client's ECONNRESET while the transaction is healthy, a
    * message that merely mentions a timeout, a plain object with a SQLSTATE-like `code`, a wrapper around
    * another connection's error — is not, and `undefined` comes back.
@@ -217,7 +217,7 @@ export class TxAttempt {
       link = (link as { cause?: unknown }).cause;
     }
     const recorded = this.#lastFailure;
-    if (recorded !== undefined && (this.#doom === recorded || this.#lastStatementFailed || this.aborted)) {
+    if (recorded !== undefined && (this.#doom === recorded || this.#lastQueryFailed || this.aborted)) {
       return recorded;
     }
     return undefined;
@@ -429,7 +429,7 @@ export class TxAttempt {
         values === undefined
           ? await this.client.query<R>(text as pg.QueryConfig)
           : await this.client.query<R>(text as pg.QueryConfig, values as unknown[]);
-      this.#lastStatementFailed = false;
+      this.#lastQueryFailed = false;
       if (fromScope) this.#checkStillInTransaction();
       return result;
     } catch (error) {
@@ -525,9 +525,10 @@ export class TxAttempt {
   #noteQueryError(error: unknown): unknown {
     if (typeof error === 'object' && error !== null) this.#driverErrors.add(error);
     const failure = classify(error);
-    // pg's own refusals before sending (a value it cannot serialize) leave the server's transaction as it was.
+    // pg's own refusals before sending (a value it cannot serialize) leave the server's transaction as
+    // it was: they must not make an earlier failure, recovered from by ROLLBACK TO SAVEPOINT, decide again.
     if (failure === undefined) return error;
-    this.#lastStatementFailed = true;
+    this.#lastQueryFailed = true;
     if (this.#broken && NOT_SENT.some((m) => (error as { message?: unknown }).message === m)) {
       const reason = this.brokenFailure();
       this.doomWith(reason);

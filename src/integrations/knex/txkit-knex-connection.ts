@@ -33,6 +33,8 @@ export class TxKitKnexConnection<C extends Record<string, unknown>> {
   readonly #tm: TxManager<C>;
   readonly #settings: BuilderSettings;
   #scope: BuilderTransaction | undefined;
+  /** This connection's transaction has ended. */
+  #ended = false;
 
   constructor(tm: TxManager<C>, settings: BuilderSettings) {
     this.#tm = tm;
@@ -63,7 +65,12 @@ export class TxKitKnexConnection<C extends Record<string, unknown>> {
       return commandResult('BEGIN');
     }
     const scope = this.#scope;
+    if (scope === undefined && this.#ended && statement === 'rollback') {
+      // A ROLLBACK after this connection's transaction already ended (a failed COMMIT): nothing to undo.
+      return commandResult('ROLLBACK');
+    }
     if (scope !== undefined && (statement === 'commit' || statement === 'rollback')) {
+      this.#ended = true;
       this.#scope = undefined;
       await (statement === 'commit' ? scope.commit() : scope.rollback());
       return commandResult(statement === 'commit' ? 'COMMIT' : 'ROLLBACK');

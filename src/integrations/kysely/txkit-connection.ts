@@ -52,7 +52,12 @@ export class TxKitConnection<C extends Record<string, unknown>> implements Datab
   async end(how: 'commit' | 'rollback'): Promise<void> {
     const scope = this.#scope;
     this.#scope = undefined;
-    if (scope === undefined) throw new Error('pg-txkit: no transaction to end on this Kysely connection');
+    if (scope === undefined) {
+      // Kysely rolls back after a failed COMMIT: the scope has already ended (and rolled back); its
+      // error, not this call, is what the user must see.
+      if (how === 'rollback') return;
+      throw new Error('pg-txkit: no transaction to commit on this Kysely connection');
+    }
     await (how === 'commit' ? scope.commit() : scope.rollback());
   }
 }

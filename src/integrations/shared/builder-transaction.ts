@@ -1,4 +1,5 @@
 import { err } from 'neverthrow';
+import { RetriesExhausted } from '../../errors/errors.js';
 import type { TxManager } from '../../tx/tx-manager.js';
 import type { IsolationLevel, Propagation, TxOptions } from '../../tx/tx-options.js';
 import type { Tx } from '../../tx/types.js';
@@ -75,7 +76,9 @@ export async function openBuilderTransaction<C extends Record<string, unknown>>(
       } satisfies TxOptions,
     );
     const error: unknown = result.isErr() ? result.error : ROLLED_BACK;
-    return error === ROLLED_BACK ? undefined : { failed: error };
+    if (error === ROLLED_BACK) return undefined;
+    // One attempt by design: its failure itself (a SerializationFailure at COMMIT …), not "retries exhausted".
+    return { failed: error instanceof RetriesExhausted && error.attempts === 1 ? error.last : error };
   })();
   const first = await Promise.race([opened.then((tx) => ({ tx })), done.then((ending) => ({ ending }))]);
   if (!('tx' in first)) {
