@@ -43,6 +43,13 @@ export class TxKitKnexConnection<C extends Record<string, unknown>> {
 
   /** pg's callback `query`, as Knex's `_query` calls it. */
   query(config: pg.QueryConfig, callback: Callback): void {
+    if (typeof (config as { submit?: unknown }).submit === 'function') {
+      // Knex's .stream() hands pg a QueryStream: a cursor would hold the transaction's client between reads.
+      throw new Error(
+        "pg-txkit's Knex client does not stream (.stream()): a cursor would hold the transaction's client " +
+          'between reads. Page with limit/offset or keyset pagination instead.',
+      );
+    }
     this.#run(config).then(
       (result) => callback(null, result),
       (error: unknown) => callback(error instanceof Error ? error : new Error(String(error))),
