@@ -5,7 +5,6 @@ import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { UniqueViolation } from '../../src/errors/index.js';
 import { drizzleClient } from '../../src/integrations/drizzle/index.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
-import { TxUsageError } from '../../src/tx/tx-usage-error.js';
 import { useTestDatabase } from '../helpers.js';
 import { countingPool, expectClean } from './tx-support.js';
 
@@ -40,18 +39,6 @@ const control = (texts: readonly string[]) =>
     .filter((t) => /^(begin|commit|rollback|savepoint|release|start|end|abort)\b/.test(t));
 
 describe('drizzle transaction() inside tm.do', () => {
-  it("'nested': the outer db is refused while drizzle's savepoint is open (nothing sent)", async () => {
-    const tm = new TxManager(pool);
-    const db = drizzle({ client: drizzleClient(tm, { propagation: 'nested' }) });
-    const outcome = tm.do(async () => {
-      await db.transaction(async () => {
-        await db.insert(items).values({ id: 1, label: 'through the outer scope' });
-      });
-    });
-    await expect(outcome).rejects.toBeInstanceOf(TxUsageError);
-    expect(await ids()).toEqual([]);
-  });
-
   it('a unique violation inside drizzle.transaction() comes back from tm.do as UniqueViolation', async () => {
     const tm = new TxManager(pool);
     const db = drizzle({ client: drizzleClient(tm) });

@@ -2,7 +2,6 @@ import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { UniqueViolation } from '../../src/errors/index.js';
 import { prismaAdapter } from '../../src/integrations/prisma/index.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
-import { TxUsageError } from '../../src/tx/tx-usage-error.js';
 import { PrismaClient } from '../fixtures/query-builders/prisma/generated/client.js';
 import { useTestDatabase } from '../helpers.js';
 import { countingPool, expectClean } from './tx-support.js';
@@ -45,21 +44,6 @@ const control = (texts: readonly string[]) =>
     .filter((t) => /^(begin|commit|rollback|savepoint|release|start|end|abort)\b/.test(t));
 
 describe('Prisma $transaction inside tm.do', () => {
-  it("'nested': the outer client is refused while Prisma's savepoint is open", async () => {
-    const { tm, prisma, end } = recorded({ propagation: 'nested' });
-    try {
-      const outcome = tm.do(async () => {
-        await prisma.$transaction(async () => {
-          await prisma.item.create({ data: { id: 1, label: 'through the outer scope' } });
-        });
-      });
-      await expect(outcome).rejects.toBeInstanceOf(TxUsageError);
-      expect(await ids()).toEqual([]);
-    } finally {
-      await end();
-    }
-  });
-
   it('a unique violation inside $transaction comes back from tm.do as UniqueViolation', async () => {
     const { tm, prisma, end } = recorded();
     try {

@@ -299,6 +299,25 @@ describe.each(BUILDERS)('$name through pg-txkit', (builder) => {
     ]);
   });
 
+  it("with propagation 'nested', the outer builder instance is refused while the builder's savepoint is open (nothing sent)", async () => {
+    const { tm, db } = await setup({}, 'nested');
+    // A repository that imports the builder instance, called inside the builder's transaction: its query
+    // would run inside the savepoint (and be undone with it) without belonging to it. Use the trx.
+    const outcome = await tm
+      .do(async () => {
+        await db.transaction(async () => {
+          await db.addToBalance(1, 7);
+        });
+      })
+      .then(
+        () => undefined,
+        (error: unknown) => error,
+      );
+    expect((outcome as { reason?: string } | undefined)?.reason).toBe('concurrent-scope');
+    expect(await balance(1)).toBe(100);
+    expect(log.texts.filter((t) => /UPDATE/i.test(t))).toEqual([]);
+  });
+
   it("the builder's nested transaction inside its transaction rolls back to its own savepoint", async () => {
     const { tm, db } = await setup();
     const result = await tm.do(() =>
