@@ -5,9 +5,11 @@
 // project would). Each writes in a tm.do that rolls back, and once in one that commits. Twice: with the
 // same pg as the builders', and with a pg copy of the application's own (8.11) while drizzle and
 // @prisma/adapter-pg load theirs (8.23): no instanceof of the application's pg classes may decide.
+// And without either builder: pg-txkit/prisma fails to load naming @prisma/adapter-pg, pg-txkit/drizzle
+// loads (nothing of drizzle-orm is imported at run time).
 import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { mkdir, mkdtemp, readdir, realpath, rm, symlink, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, readFile, realpath, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -163,5 +165,35 @@ describe('a consumer of the packed package with drizzle and Prisma', () => {
         { id: 4, body: 'prisma' },
       ],
     });
+  });
+
+  it('without drizzle-orm and Prisma: pg-txkit/prisma fails naming @prisma/adapter-pg; pg-txkit/drizzle loads (it imports nothing of drizzle at run time)', {
+    timeout: 120_000,
+  }, async () => {
+    const app = join(dir, 'app-no-builder');
+    const modules = join(app, 'node_modules');
+    await mkdir(join(modules, 'pg-txkit'), { recursive: true });
+    await run('tar', ['-xzf', tarball, '-C', join(modules, 'pg-txkit'), '--strip-components=1']);
+    const manifest = JSON.parse(await readFile(join(modules, 'pg-txkit', 'package.json'), 'utf8')) as {
+      dependencies?: Record<string, string>;
+    };
+    for (const dep of ['pg', 'zod', 'neverthrow', ...Object.keys(manifest.dependencies ?? {})]) {
+      await symlink(join(ROOT, 'node_modules', dep), join(modules, dep));
+    }
+    await writeFile(
+      join(app, 'package.json'),
+      JSON.stringify({ name: 'app', type: 'module', private: true }),
+    );
+    await writeFile(
+      join(app, 'main.mjs'),
+      `const prisma = await import('pg-txkit/prisma').then(() => 'loaded', (e) => e.code + ' ' + e.message);
+const drizzle = await import('pg-txkit/drizzle').then((m) => typeof m.drizzleClient, (e) => e.message);
+console.log(JSON.stringify({ prisma, drizzle }));
+`,
+    );
+    const { stdout } = await run(process.execPath, ['main.mjs'], { cwd: app });
+    const result = JSON.parse(stdout) as { prisma: string; drizzle: string };
+    expect(result.prisma).toMatch(/^ERR_MODULE_NOT_FOUND .*'@prisma\/adapter-pg'/);
+    expect(result.drizzle).toBe('function');
   });
 });
