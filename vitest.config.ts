@@ -43,7 +43,7 @@ if (!pgbouncer) {
 // `npm test` runs every project but `reliability` (soak-style, minutes long: `npm run test:reliability`).
 export default defineConfig({
   test: {
-    globalSetup: ['./test/global-setup.ts'],
+    globalSetup: ['./test/global-setup.ts', './test/prisma-client-setup.ts'],
     testTimeout: 30_000,
     hookTimeout: 60_000,
     projects: [

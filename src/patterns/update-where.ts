@@ -7,13 +7,21 @@ import { parseOptions } from './parse-options.js';
 import { runQuery } from './run-query.js';
 import { columnNameSchema, quoteName, tableNameSchema } from './sql-identifier.js';
 
-/** A statement with its parameters: `{ text, values }` (pg's `QueryConfig` shape). */
-export interface ConditionalQuery {
-  /** The statement: the action and its condition, e.g. `UPDATE stock SET left = left - $2 WHERE id = $1 AND left >= $2`. */
-  readonly text: string;
-  /** Its parameters ($1, $2 …). */
-  readonly values?: readonly unknown[];
-}
+/**
+ * A statement with its parameters: pg's `{ text, values }`, or a query builder's compiled query as the
+ * builder gives it — Kysely's `.compile()` (`{ sql, parameters }`), drizzle's `.toSQL()`
+ * (`{ sql, params }`), Knex's `.toSQL().toNative()` (`{ sql, bindings }`).
+ */
+export type ConditionalQuery =
+  | {
+      /** The statement: the action and its condition, e.g. `UPDATE stock SET left = left - $2 WHERE id = $1 AND left >= $2`. */
+      readonly text: string;
+      /** Its parameters ($1, $2 …). */
+      readonly values?: readonly unknown[];
+    }
+  | { readonly sql: string; readonly parameters: readonly unknown[] }
+  | { readonly sql: string; readonly params: readonly unknown[] }
+  | { readonly sql: string; readonly bindings: readonly unknown[] };
 
 const keyValueSchema = z.union([z.string(), z.number().finite(), z.bigint()]);
 
@@ -39,12 +47,22 @@ const updateWhereOptionsSchema = z
 /** Options of {@link updateWhere}. */
 export type UpdateWhereOptions = z.input<typeof updateWhereOptionsSchema>;
 
-const querySchema = z
-  .object({
-    text: z.string().trim().min(1, 'the statement is empty'),
-    values: z.array(z.unknown()).optional(),
-  })
-  .loose();
+const statementSchema = z.string().trim().min(1, 'the statement is empty');
+const querySchema = z.union([
+  z.object({ text: statementSchema, values: z.array(z.unknown()).optional() }).loose(),
+  z
+    .object({ sql: statementSchema, parameters: z.array(z.unknown()) })
+    .loose()
+    .transform((q) => ({ text: q.sql, values: q.parameters })),
+  z
+    .object({ sql: statementSchema, params: z.array(z.unknown()) })
+    .loose()
+    .transform((q) => ({ text: q.sql, values: q.params })),
+  z
+    .object({ sql: statementSchema, bindings: z.array(z.unknown()) })
+    .loose()
+    .transform((q) => ({ text: q.sql, values: q.bindings })),
+]);
 
 /**
  * Runs a conditional statement — the action AND its condition in one statement, e.g.
@@ -68,6 +86,10 @@ const querySchema = z
  *   values: ['apple', 3],
  * }, { notFound: { table: 'stock', key: 'sku', id: 'apple' } });
  * if (sold.isErr()) console.log(sold.error.kind); // 'ConditionFailed' | 'NotFound' | a database failure
+ *
+ * @example A query builder's compiled query (Kysely)
+ * await updateWhere(tm.db(), db.updateTable('stock').set((eb) => ({ left_units: eb('left_units', '-', 3) }))
+ *   .where('sku', '=', 'apple').where('left_units', '>=', 3).compile());
  *
  * @example Optimistic versioning
  * await updateWhere(db, {

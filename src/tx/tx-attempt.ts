@@ -11,6 +11,7 @@ import {
 } from '../errors/index.js';
 import type { HookRunner } from './hooks.js';
 import { commitFailure, type RetryMode } from './retryable.js';
+import { controlStatements } from './transaction-control.js';
 import type { TransactionStatuses } from './transaction-status.js';
 import type { TxSettings } from './tx-options.js';
 import { TxUsageError } from './tx-usage-error.js';
@@ -18,6 +19,9 @@ import type { AfterCommit } from './types.js';
 
 /** SQLSTATE 25P02 in_failed_sql_transaction: "current transaction is aborted, commands ignored …". */
 const IN_FAILED_TRANSACTION = '25P02';
+
+/** How many `cause` links {@link TxAttempt.failureOf} follows from a thrown error to a driver error. */
+const CAUSE_DEPTH = 8;
 
 /** pg's messages for a query it refused to send (the client already knew its connection was dead). */
 const NOT_SENT = [
@@ -97,6 +101,12 @@ export class TxAttempt {
   #doom: TxKitError | undefined;
   #misuse: TxUsageError | undefined;
   #lastFailure: DatabaseFailure | undefined;
+  /**
+   * The last query of this attempt failed (no query has succeeded since): the server aborted the
+   * transaction. Known when the error arrives — the transaction status ('E') is only read from the
+   * ReadyForQuery message that follows it, which may not have been processed yet.
+   */
+  #lastQueryFailed = false;
   #connectionError: unknown;
   #broken = false;
   /** The server refused a write as read-only (25006): this client reaches a read-only server; destroy it. */
@@ -106,6 +116,8 @@ export class TxAttempt {
   #savepoints = 0;
   /** Scopes whose SAVEPOINT is open, innermost last. */
   readonly #open: AttemptScope[] = [];
+  /** For each entry of {@link TxAttempt.#open}: the user's own savepoints set inside that scope. */
+  readonly #userSavepoints: Set<string>[] = [];
   /** A query is in flight on the client; the next ones wait in {@link TxAttempt.#waiting}. */
   #busy = false;
   readonly #waiting: (() => void)[] = [];
@@ -179,15 +191,35 @@ export class TxAttempt {
   }
 
   /**
-   * The database failure `error` stands for, when it is one: an error pg raised for this attempt's
-   * queries, pg-txkit's own database error, or (structurally) pg's DatabaseError. Anything else a
-   * callback throws — an HTTP client's ECONNRESET, a message that merely mentions a timeout, a plain
-   * object with a SQLSTATE-like `code` — is not, and `undefined` comes back.
+   * The database failure `error` stands for, when it is one — the ONE place an error a callback or a
+   * query threw is classified or left to be rethrown unchanged:
+   * - pg-txkit's own database error, or (structurally) pg's DatabaseError;
+   * - an error pg raised for this attempt's queries, found by identity, also when a query builder
+   *   wrapped it: the `cause` chain is followed (at most {@link CAUSE_DEPTH} links, cycles stop it);
+   * - an error that REPLACES pg's (a builder that converts it, as Prisma does, without a cause), when
+   *   the transaction cannot commit because of the last driver error this attempt's queries raised:
+   *   the last query failed and none has succeeded since (the server aborted the transaction; status
+   *   'E'), or that error doomed it. That recorded error decides.
+   * Anything else a callback throws — an HTTP client's ECONNRESET while the transaction is healthy, a
+   * message that merely mentions a timeout, a plain object with a SQLSTATE-like `code`, a wrapper around
+   * another connection's error — is not, and `undefined` comes back.
    */
   failureOf(error: unknown): DatabaseFailure | undefined {
     if (error instanceof TxKitError) return classify(error);
-    if (typeof error !== 'object' || error === null) return undefined;
-    if (this.#driverErrors.has(error) || looksLikeDatabaseError(error)) return classify(error);
+    if (typeof error !== 'object' || error === null || error instanceof TxUsageError) return undefined;
+    if (looksLikeDatabaseError(error)) return classify(error);
+    const seen = new Set<object>();
+    let link: unknown = error;
+    for (let depth = 0; depth <= CAUSE_DEPTH && typeof link === 'object' && link !== null; depth++) {
+      if (seen.has(link)) break;
+      seen.add(link);
+      if (this.#driverErrors.has(link)) return classify(link);
+      link = (link as { cause?: unknown }).cause;
+    }
+    const recorded = this.#lastFailure;
+    if (recorded !== undefined && (this.#doom === recorded || this.#lastQueryFailed || this.aborted)) {
+      return recorded;
+    }
     return undefined;
   }
 
@@ -244,6 +276,8 @@ export class TxAttempt {
         ),
       );
     }
+    const refusal = this.#refuseControl(args[0]);
+    if (refusal !== undefined) return Promise.reject(this.#misused(refusal));
     return this.#send<R>(args, true);
   }
 
@@ -255,11 +289,14 @@ export class TxAttempt {
   /** A `nested` scope's SAVEPOINT is open: until {@link TxAttempt.closeSavepoint}, only it may query. */
   openSavepoint(owner: AttemptScope): void {
     this.#open.push(owner);
+    this.#userSavepoints.push(new Set());
   }
 
   closeSavepoint(owner: AttemptScope): void {
     const at = this.#open.lastIndexOf(owner);
-    if (at !== -1) this.#open.splice(at, 1);
+    if (at === -1) return;
+    this.#open.splice(at, 1);
+    this.#userSavepoints.splice(at, 1);
   }
 
   /** COMMIT (unless the attempt may not), release, hooks. Decides what a failed COMMIT means. */
@@ -386,10 +423,13 @@ export class TxAttempt {
     this.#busy = true;
     const [text, values] = args;
     try {
+      // pg's own merge: a config object with `values` given beside it gets those values (they win over
+      // the config's). drizzle's node-postgres session sends its queries this way.
       const result =
-        typeof text === 'string'
-          ? await this.client.query<R>(text, values as unknown[] | undefined)
-          : await this.client.query<R>(text);
+        values === undefined
+          ? await this.client.query<R>(text as pg.QueryConfig)
+          : await this.client.query<R>(text as pg.QueryConfig, values as unknown[]);
+      this.#lastQueryFailed = false;
       if (fromScope) this.#checkStillInTransaction();
       return result;
     } catch (error) {
@@ -403,15 +443,73 @@ export class TxAttempt {
     }
   }
 
-  /** A statement a scope sent left the server outside any transaction: COMMIT/ROLLBACK through tx.query. */
+  /**
+   * Refuses, before anything is sent, a query whose text holds a statement that would start or end the
+   * transaction (see {@link controlStatements}), or a savepoint statement that would break the
+   * manager's own savepoints: one naming them (`pg_txkit_sp_N`), or — inside a `nested` scope — a
+   * RELEASE / ROLLBACK TO of a savepoint set before the scope's own (PostgreSQL would release or roll
+   * back the scope's savepoint with it). The user's own SAVEPOINT / RELEASE / ROLLBACK TO are allowed
+   * otherwise: they do not end the transaction.
+   */
+  #refuseControl(textOrConfig: string | pg.QueryConfig): TxUsageError | undefined {
+    const text = typeof textOrConfig === 'string' ? textOrConfig : textOrConfig.text;
+    if (typeof text !== 'string') return undefined;
+    const statements = controlStatements(text);
+    if (statements.length === 0) return undefined;
+    const ownedHere = this.#userSavepoints.at(-1);
+    const added: string[] = [];
+    let refusal: TxUsageError | undefined;
+    for (const statement of statements) {
+      if (statement.type === 'control') {
+        refusal = new TxUsageError(
+          'transaction-control',
+          `a statement sent through tx.query would end or start a transaction (${JSON.stringify(statement.statement)}); ` +
+            'nothing was sent. The manager owns BEGIN/COMMIT/ROLLBACK: return a value to commit, return err(…) ' +
+            "or throw to roll back; use propagation 'nested' for a savepoint.",
+        );
+        break;
+      }
+      if (statement.name.startsWith('pg_txkit_sp_')) {
+        refusal = new TxUsageError(
+          'transaction-control',
+          `${JSON.stringify(statement.statement)} names a savepoint of the transaction manager (pg_txkit_sp_…); ` +
+            'nothing was sent. Name your own savepoints otherwise.',
+        );
+        break;
+      }
+      if (statement.type === 'savepoint') {
+        if (ownedHere !== undefined && !ownedHere.has(statement.name)) {
+          ownedHere.add(statement.name);
+          added.push(statement.name);
+        }
+      } else if (ownedHere !== undefined && !ownedHere.has(statement.name)) {
+        refusal = new TxUsageError(
+          'transaction-control',
+          `${JSON.stringify(statement.statement)} inside a nested scope names a savepoint set outside it: it ` +
+            "would also release or roll back the scope's own savepoint. Nothing was sent; return err(…) or " +
+            'throw to roll the scope back.',
+        );
+        break;
+      }
+    }
+    if (refusal !== undefined) for (const name of added) ownedHere?.delete(name);
+    return refusal;
+  }
+
+  /**
+   * A backstop: a statement a scope sent left the server outside any transaction. Every statement
+   * PostgreSQL has that ends a transaction block is refused before it is sent, and none can run inside
+   * another statement (a function cannot COMMIT; a procedure that COMMITs is refused by the server
+   * inside a transaction block), so this reports a gap in that refusal if one ever shows up.
+   */
   #checkStillInTransaction(): void {
     if (this.#broken || this.#closed) return;
     if (this.#context.statuses.of(this.client) !== 'I') return;
     throw this.#misused(
       new TxUsageError(
         'transaction-control',
-        'a statement sent through tx.query ended the transaction (COMMIT, ROLLBACK, END, ABORT or PREPARE ' +
-          'TRANSACTION): the manager owns BEGIN/COMMIT/ROLLBACK. Return a value to commit, return err(…) or ' +
+        'a statement sent through tx.query ended the transaction although it was not recognised as ' +
+          'transaction control before it was sent: the manager owns BEGIN/COMMIT/ROLLBACK. Return a value to commit, return err(…) or ' +
           "throw to roll back; use propagation 'nested' for a savepoint.",
       ),
     );
@@ -427,10 +525,14 @@ export class TxAttempt {
   #noteQueryError(error: unknown): unknown {
     if (typeof error === 'object' && error !== null) this.#driverErrors.add(error);
     const failure = classify(error);
+    // pg's own refusals before sending (a value it cannot serialize) leave the server's transaction as
+    // it was: they must not make an earlier failure, recovered from by ROLLBACK TO SAVEPOINT, decide again.
     if (failure === undefined) return error;
+    this.#lastQueryFailed = true;
     if (this.#broken && NOT_SENT.some((m) => (error as { message?: unknown }).message === m)) {
       const reason = this.brokenFailure();
       this.doomWith(reason);
+      this.#driverErrors.add(reason);
       return reason;
     }
     if (failure.kind === 'ConnectionLost' || failure.kind === 'QueryTimeout' || isConnectionError(error)) {
@@ -438,7 +540,10 @@ export class TxAttempt {
       this.markBroken(error);
     }
     const code = (error as { code?: unknown }).code;
-    if (code === IN_FAILED_TRANSACTION && this.#lastFailure !== undefined) return this.#lastFailure;
+    if (code === IN_FAILED_TRANSACTION && this.#lastFailure !== undefined) {
+      this.#driverErrors.add(this.#lastFailure);
+      return this.#lastFailure;
+    }
     this.#lastFailure = failure;
     if (failure.kind === 'ReadOnlyTransaction' && !this.settings.readOnly) this.#readOnlyServer = true;
     if (

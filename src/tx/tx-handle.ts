@@ -56,6 +56,10 @@ export class TxHandle implements Tx, AttemptScope {
     config: pg.QueryConfig,
   ): Promise<pg.QueryResult<R>>;
   query<R extends pg.QueryResultRow = Record<string, unknown>>(
+    config: pg.QueryConfig,
+    values: readonly unknown[] | undefined,
+  ): Promise<pg.QueryResult<R>>;
+  query<R extends pg.QueryResultRow = Record<string, unknown>>(
     textOrConfig: string | pg.QueryConfig,
     values?: readonly unknown[],
   ): Promise<pg.QueryResult<R>> {

@@ -390,9 +390,13 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
   async #invoke(handle: TxHandle, fn: TxCallback<unknown>): Promise<ScopeOutcome> {
     try {
       // A `required` scope joining the active one is already in its async context: no new frame.
+      // A callback may return a query builder's lazy query (a thenable that sends its SQL only when its
+      // `then` is called: drizzle, Prisma, Knex). Node calls the `then` of an awaited thenable from a
+      // microtask that does not keep the async context, so it is resolved INSIDE the frame: awaited
+      // outside it, `tm.do(() => prisma.user.create(…))` ran its INSERT on the pool, outside the transaction.
       const returned: unknown = await (this.#als.getStore() === handle
         ? fn(handle)
-        : this.#als.run(handle, () => fn(handle)));
+        : this.#als.run(handle, () => Promise.resolve(fn(handle))));
       if (isResult(returned)) {
         if (returned.isOk()) return { type: 'value', value: returned.value };
         // A returned conflict (a pattern's Err(SerializationFailure | DeadlockDetected) or a lost

@@ -4,7 +4,7 @@ export type TxUsageReason =
   | 'pool-in-transaction'
   /** A `Tx` was used after its transaction ended (it leaked out of the callback). */
   | 'transaction-closed'
-  /** A COMMIT / ROLLBACK (END, ABORT, PREPARE TRANSACTION) sent through `tx.query` ended the transaction. */
+  /** A statement that would end or start the transaction (COMMIT, ROLLBACK, BEGIN …), or break its savepoints, sent through `tx.query`: refused before it is sent. */
   | 'transaction-control'
   /** A scope queried while a concurrent `nested` scope of the same transaction had its SAVEPOINT open. */
   | 'concurrent-scope';

@@ -11,6 +11,11 @@ export interface Queryable {
   query<R extends pg.QueryResultRow = Record<string, unknown>>(
     config: pg.QueryConfig,
   ): Promise<pg.QueryResult<R>>;
+  /** pg's `query(config, values)`: the values are merged into the config, as pg does. */
+  query<R extends pg.QueryResultRow = Record<string, unknown>>(
+    config: pg.QueryConfig,
+    values: readonly unknown[] | undefined,
+  ): Promise<pg.QueryResult<R>>;
 }
 
 /** Transaction isolation levels PostgreSQL implements (`read uncommitted` behaves as read committed). */

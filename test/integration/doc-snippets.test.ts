@@ -29,6 +29,8 @@ import { serverUrl } from '../helpers.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const TSC = join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc');
+/** The generated Prisma client the docs' Prisma blocks are compiled against (scripts/prisma-generate.mjs). */
+const PRISMA_CLIENT = join(ROOT, 'test', 'fixtures', 'query-builders', 'prisma', 'generated', 'client.js');
 
 /**
  * The free variables the docs' fragments use by convention: a type, and a value when a fragment that
@@ -103,6 +105,9 @@ const FREE_VARIABLES: Readonly<Record<string, { type: string; value?: string }>>
   tasks: { type: 'Record<string, z.ZodType>' },
   queue: { type: 'Queue<{ receipt: z.ZodObject<{ orderId: z.ZodNumber; email: z.ZodString }> }>' },
   job: { type: 'Job<{ orderId: number; email: string }>' },
+  // A user's generated Prisma client: the test suite's, generated from its schema (doctors, accounts, users).
+  PrismaClient: { type: `typeof import(${JSON.stringify(PRISMA_CLIENT)}).PrismaClient` },
+  Prisma: { type: `typeof import(${JSON.stringify(PRISMA_CLIENT)}).Prisma` },
 };
 
 interface Block {

@@ -29,6 +29,23 @@ class EmailTaken extends Error {
   }
 }
 
+describe("tx.query has pg's signatures", () => {
+  it('tx.query(config, values) merges the values into the config, as pg does', async () => {
+    const tm = new TxManager(pool);
+    const config = { text: 'SELECT $1::int AS n, $2::text AS s', rowMode: 'array' as const };
+    const direct = await pool.query(config, [7, 'x']);
+    const inside = await tm.doOrThrow((tx) => tx.query(config, [7, 'x']));
+    expect(inside.rows).toEqual(direct.rows);
+    expect(inside.rows).toEqual([[7, 'x']]);
+    // Values passed with the call win over the config's own, in pg and inside a transaction alike.
+    const both = { text: 'SELECT $1::int AS n', values: [1] };
+    const overridden = await tm.doOrThrow((tx) => tx.query<{ n: number }>(both, [2]));
+    expect(overridden.rows).toEqual((await pool.query<{ n: number }>(both, [2])).rows);
+    expect(overridden.rows).toEqual([{ n: 2 }]);
+    expect(both.values).toEqual([1]);
+  });
+});
+
 describe('TxManager.do basics', () => {
   it('commits a plain value and exposes the attempt, isolation and BEGIN settings inside', async () => {
     const tm = new TxManager(pool);

@@ -6,7 +6,7 @@ import { gate } from '../../src/testing/gate.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
 import { TxUsageError } from '../../src/tx/tx-usage-error.js';
 import { useTestDatabase } from '../helpers.js';
-import { expectClean } from './tx-support.js';
+import { countingPool, expectClean } from './tx-support.js';
 
 const { pool, url } = await useTestDatabase();
 const noBackoff = { backoff: { baseMs: 0, capMs: 0 } } as const;
@@ -22,6 +22,9 @@ beforeEach(async () => {
 afterAll(async () => {
   await expectClean(pool, url);
 });
+
+/** `.then(...settled)`: how a do() call ended, `{ value }` or `{ error }`, without throwing. */
+const settled = [(value: unknown) => ({ value }), (error: unknown) => ({ error })] as const;
 
 const count = async (): Promise<number> =>
   (await pool.query<{ n: number }>('SELECT count(*)::int AS n FROM m')).rows[0]?.n ?? -1;
@@ -57,10 +60,7 @@ describe('only the driver errors of this transaction are classified', () => {
           await tx.query('INSERT INTO m VALUES ($1)', [calls]);
           throw thrown;
         })
-        .then(
-          (value) => ({ value }),
-          (error: unknown) => ({ error }),
-        );
+        .then(...settled);
       expect(calls).toBe(1);
       expect(outcome).toEqual({ error: thrown });
       expect((outcome as { error: unknown }).error).toBe(thrown);
@@ -135,39 +135,95 @@ describe('idle_in_transaction_session_timeout (25P03)', () => {
 });
 
 describe('transaction control through tx.query', () => {
-  it('a COMMIT sent through tx.query is refused with a typed error; later statements do not run in autocommit', async () => {
-    const tm = new TxManager(pool);
+  /** Runs `statement` after a write inside tm.do on a pool that records what it sends. */
+  async function refused(statement: string): Promise<{ outcome: unknown; sent: string[]; rows: number[] }> {
+    const { pool: logged, log } = countingPool(url, 2);
+    const tm = new TxManager(logged);
     const outcome = await tm
       .do(async (tx) => {
         await tx.query('INSERT INTO m VALUES (1)');
-        await tx.query('COMMIT').catch(() => {});
+        await tx.query(statement).catch(() => {});
         await tx.query('INSERT INTO m VALUES (2)').catch(() => {});
         return 'ok';
       })
-      .then(
-        (value) => ({ value }),
-        (error: unknown) => ({ error }),
-      );
-    expect(outcome).toEqual({ error: expect.any(TxUsageError) });
-    expect((outcome as { error: TxUsageError }).error.reason).toBe('transaction-control');
-    const { rows } = await pool.query<{ id: number }>('SELECT id FROM m ORDER BY id');
-    // The user's COMMIT committed row 1; row 2 never ran outside the transaction.
-    expect(rows.map((r) => r.id)).toEqual([1]);
+      .then(...settled);
+    await logged.end();
+    // Checked from another connection: nothing the transaction wrote was committed.
+    const rows = (await pool.query<{ id: number }>('SELECT id FROM m ORDER BY id')).rows.map((r) => r.id);
+    return { outcome, sent: log.texts, rows };
+  }
+
+  const control = [
+    'COMMIT',
+    'commit work',
+    'COMMIT AND CHAIN',
+    'ROLLBACK',
+    'ROLLBACK TRANSACTION AND NO CHAIN',
+    'END',
+    'ABORT',
+    "PREPARE TRANSACTION 'x'",
+    "COMMIT PREPARED 'x'",
+    "ROLLBACK PREPARED 'x'",
+    'BEGIN',
+    'START TRANSACTION ISOLATION LEVEL SERIALIZABLE',
+    "INSERT INTO m VALUES (3, 'a;b'); COMMIT",
+    '/* first /* nested */ comment */ -- and a line comment\n  COMMIT',
+    "SELECT $$; COMMIT $$; SELECT E'\\'; commit'; COMMIT",
+    'SELECT 1 AS "x;"; End',
+  ];
+  it.each(control)(
+    '%j is refused before it is sent; nothing the transaction wrote is committed',
+    async (statement) => {
+      const { outcome, sent, rows } = await refused(statement);
+      expect(outcome).toEqual({ error: expect.any(TxUsageError) });
+      expect((outcome as { error: TxUsageError }).error.reason).toBe('transaction-control');
+      // The last statement is the manager's own ROLLBACK; the refused one never reached the server.
+      expect(sent.slice(0, -1)).not.toContain(statement);
+      expect(sent.filter((t) => t.startsWith('INSERT'))).toEqual(['INSERT INTO m VALUES (1)']);
+      expect(sent.at(-1)).toBe('ROLLBACK');
+      expect(rows).toEqual([]);
+    },
+  );
+
+  const notControl = [
+    "SELECT 'commit; rollback'",
+    'SELECT $tag$ COMMIT; $$ END $$ $tag$',
+    "SELECT E'it\\'s; COMMIT'",
+    'SELECT 1 AS "commit"',
+    '-- COMMIT\nSELECT 1',
+    '/* COMMIT; /* ROLLBACK */ END; */ SELECT 1',
+    'DO $$ BEGIN PERFORM 1; END $$',
+    'PREPARE p AS SELECT 1',
+    'SELECT 1; SELECT 2',
+  ];
+  it.each(notControl)('%j is not mistaken for transaction control', async (statement) => {
+    const tm = new TxManager(pool);
+    const result = await tm.do(async (tx) => {
+      await tx.query('INSERT INTO m VALUES (1)');
+      await tx.query(statement);
+      return 'ok';
+    });
+    expect(result._unsafeUnwrap()).toBe('ok');
+    expect(await count()).toBe(1);
   });
 
-  it('a ROLLBACK sent through tx.query is detected: do() does not report a commit', async () => {
-    const tm = new TxManager(pool);
+  it('a COMMIT in a config object is refused too; the callback catching it does not make do() commit', async () => {
+    const { pool: logged, log } = countingPool(url, 2);
+    const tm = new TxManager(logged);
+    let caught: unknown;
     const outcome = await tm
       .do(async (tx) => {
         await tx.query('INSERT INTO m VALUES (1)');
-        await tx.query('ROLLBACK');
+        await tx.query({ text: 'COMMIT' }).catch((error: unknown) => {
+          caught = error;
+        });
         return 'ok';
       })
-      .then(
-        (value) => ({ value }),
-        (error: unknown) => ({ error }),
-      );
-    expect((outcome as { error: TxUsageError }).error).toBeInstanceOf(TxUsageError);
+      .then(...settled);
+    await logged.end();
+    expect(caught).toBeInstanceOf(TxUsageError);
+    expect(outcome).toEqual({ error: caught });
+    expect(log.texts).not.toContain('COMMIT');
     expect(await count()).toBe(0);
   });
 
@@ -178,10 +234,174 @@ describe('transaction control through tx.query', () => {
       await tx.query('SAVEPOINT mine');
       await tx.query('INSERT INTO m VALUES (2)');
       await tx.query('ROLLBACK TO SAVEPOINT mine');
+      await tx.query('ROLLBACK WORK TO mine; RELEASE mine');
       return 'ok';
     });
     expect(result._unsafeUnwrap()).toBe('ok');
     expect(await count()).toBe(1);
+  });
+
+  it("a savepoint statement naming the manager's own savepoints is refused before it is sent", async () => {
+    const tm = new TxManager(pool);
+    const outcome = await tm
+      .do(async () => {
+        await tm.do(
+          async (tx) => {
+            await tx.query('INSERT INTO m VALUES (1)');
+            await tx.query('RELEASE SAVEPOINT pg_txkit_sp_1');
+          },
+          { propagation: 'nested' },
+        );
+        return 'ok';
+      })
+      .then(...settled);
+    expect((outcome as { error: TxUsageError }).error.reason).toBe('transaction-control');
+    expect(await count()).toBe(0);
+  });
+
+  it("inside a nested scope, RELEASE / ROLLBACK TO of a savepoint opened outside it is refused (it would end the scope's savepoint)", async () => {
+    const tm = new TxManager(pool);
+    const outcome = await tm
+      .do(async (tx) => {
+        await tx.query('SAVEPOINT outer_one');
+        await tm.do(
+          async (inner) => {
+            await inner.query('SAVEPOINT inner_one');
+            await inner.query('INSERT INTO m VALUES (1)');
+            await inner.query('ROLLBACK TO SAVEPOINT inner_one'); // its own: fine
+            await inner.query('ROLLBACK TO SAVEPOINT outer_one');
+          },
+          { propagation: 'nested' },
+        );
+        return 'ok';
+      })
+      .then(...settled);
+    expect((outcome as { error: TxUsageError }).error.reason).toBe('transaction-control');
+    expect(await count()).toBe(0);
+  });
+});
+
+describe('an error a query builder wraps or replaces', () => {
+  /** What a builder does with pg's error: drizzle keeps it as `cause`, possibly wrapped again. */
+  class BuilderQueryError extends Error {
+    constructor(message: string, options: { cause: unknown }) {
+      super(message, options);
+    }
+  }
+
+  it('a 40001 wrapped (twice) by a builder is classified and retried', async () => {
+    const tm = new TxManager(pool, { defaults: noBackoff });
+    let calls = 0;
+    const result = await tm.do(async (tx) => {
+      calls++;
+      if (calls === 1) {
+        try {
+          await tx.query("DO $$ BEGIN RAISE EXCEPTION 'conflict' USING ERRCODE = '40001'; END $$");
+        } catch (error) {
+          throw new BuilderQueryError('outer', {
+            cause: new BuilderQueryError('Failed query', { cause: error }),
+          });
+        }
+      }
+      await tx.query('INSERT INTO m VALUES ($1)', [calls]);
+      return calls;
+    });
+    expect(result._unsafeUnwrap()).toBe(2);
+    expect(await count()).toBe(1);
+  });
+
+  it('a wrapped unique violation comes back as UniqueViolation', async () => {
+    await pool.query('INSERT INTO m VALUES (1)');
+    const tm = new TxManager(pool);
+    const result = await tm.do(async (tx) => {
+      try {
+        await tx.query('INSERT INTO m VALUES (1)');
+      } catch (error) {
+        throw new BuilderQueryError('Failed query: insert into m', { cause: error });
+      }
+    });
+    expect(result._unsafeUnwrapErr()).toMatchObject({ kind: 'UniqueViolation', constraint: 'm_pkey' });
+  });
+
+  it("a wrapper around ANOTHER connection's database error is not this transaction's: it rejects unchanged", async () => {
+    const elsewhere = await pool
+      .query("DO $$ BEGIN RAISE EXCEPTION 'conflict' USING ERRCODE = '40001'; END $$")
+      .catch((error: unknown) => error);
+    const tm = new TxManager(pool, { defaults: noBackoff });
+    const thrown = new BuilderQueryError('Failed query', { cause: elsewhere });
+    let calls = 0;
+    const outcome = await tm
+      .do(async (tx) => {
+        calls++;
+        await tx.query('INSERT INTO m VALUES (1)');
+        throw thrown;
+      })
+      .then(...settled);
+    expect(calls).toBe(1);
+    expect((outcome as { error: unknown }).error).toBe(thrown);
+    expect(await count()).toBe(0);
+  });
+
+  it('a cycle in the cause chain ends the search (rejects unchanged)', async () => {
+    const tm = new TxManager(pool);
+    const a = new Error('a') as Error & { cause?: unknown };
+    const b = new Error('b', { cause: a });
+    a.cause = b;
+    const outcome = await tm
+      .do(async () => {
+        throw a;
+      })
+      .then(...settled);
+    expect((outcome as { error: unknown }).error).toBe(a);
+  });
+
+  it("an error that REPLACES pg's (no cause) after the transaction aborted is decided from the recorded driver error: retried", async () => {
+    const tm = new TxManager(pool, { defaults: noBackoff });
+    let calls = 0;
+    const result = await tm.do(async (tx) => {
+      calls++;
+      if (calls === 1) {
+        await tx.query("DO $$ BEGIN RAISE EXCEPTION 'conflict' USING ERRCODE = '40001'; END $$").catch(() => {
+          // What Prisma does: pg's error becomes its own (P2034), without a cause.
+          throw Object.assign(new Error('Transaction failed due to a write conflict'), { code: 'P2034' });
+        });
+      }
+      await tx.query('INSERT INTO m VALUES ($1)', [calls]);
+      return calls;
+    });
+    expect(result._unsafeUnwrap()).toBe(2);
+  });
+
+  it('a replaced unique violation comes back through the constraints map', async () => {
+    await pool.query('INSERT INTO m VALUES (1)');
+    class Taken extends Error {}
+    const tm = new TxManager(pool, { constraints: { m_pkey: () => new Taken('taken') } });
+    const result = await tm.do(async (tx) => {
+      await tx.query('INSERT INTO m VALUES (1)').catch(() => {
+        throw Object.assign(new Error('Unique constraint failed on the fields: (`id`)'), { code: 'P2002' });
+      });
+    });
+    expect(result._unsafeUnwrapErr()).toBeInstanceOf(Taken);
+  });
+
+  it('a non-database error thrown while the transaction is healthy runs once and rejects unchanged, even after a handled query error', async () => {
+    const tm = new TxManager(pool, { defaults: noBackoff });
+    const thrown = Object.assign(new Error('socket hang up'), { code: 'ECONNRESET' });
+    let calls = 0;
+    const outcome = await tm
+      .do(async (tx) => {
+        calls++;
+        await tx.query('SAVEPOINT before_insert');
+        await tx.query('INSERT INTO m VALUES (1)');
+        await tx
+          .query('INSERT INTO m VALUES (1)')
+          .catch(() => tx.query('ROLLBACK TO SAVEPOINT before_insert'));
+        throw thrown;
+      })
+      .then(...settled);
+    expect(calls).toBe(1);
+    expect((outcome as { error: unknown }).error).toBe(thrown);
+    expect(await count()).toBe(0);
   });
 });
 

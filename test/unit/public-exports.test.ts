@@ -1,5 +1,5 @@
 import { existsSync, readFileSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { describe, expect, it } from 'vitest';
 
 // The runtime exports of the built package, as a consumer imports them ('pg-txkit' and
@@ -116,6 +116,10 @@ const EXPECTED = {
     'withDatabase',
   ],
   'pg-txkit/testing/arbitraries': ['interleavings', 'isolationLevel'],
+  'pg-txkit/kysely': ['kyselyDialect'],
+  'pg-txkit/knex': ['knexConfig'],
+  'pg-txkit/drizzle': ['DrizzleTxPool', 'drizzleClient'],
+  'pg-txkit/prisma': ['prismaAdapter'],
 } as const;
 
 const DIST = fileURLToPath(new URL('../../dist/index.js', import.meta.url));
@@ -144,5 +148,29 @@ describe('every entry point of package.json exports is pinned', () => {
     expect(Object.keys(EXPECTED)).toContain(entry);
     const report = new URL(`../../api/${entry.replaceAll('/', '-')}.api.md`, import.meta.url);
     expect(existsSync(report), `run \`npm run api:report\` and commit ${report.pathname}`).toBe(true);
+  });
+});
+
+describe('the root entry without any query builder installed', () => {
+  it("'pg-txkit' and 'pg-txkit/testing' import nothing from a query builder (only their own subpaths do)", () => {
+    const seen = new Set<string>();
+    const bare = new Set<string>();
+    const walk = (file: string): void => {
+      if (seen.has(file)) return;
+      seen.add(file);
+      const text = readFileSync(file, 'utf8');
+      for (const m of text.matchAll(
+        /(?:import|export)[^'"]*?from\s*['"]([^'"]+)['"]|import\(\s*['"]([^'"]+)['"]\s*\)/g,
+      )) {
+        const spec = m[1] ?? m[2] ?? '';
+        if (spec.startsWith('.')) walk(fileURLToPath(new URL(spec, pathToFileURL(file))));
+        else bare.add(spec.split('/')[0] ?? spec);
+      }
+    };
+    walk(DIST);
+    walk(fileURLToPath(new URL('../../dist/testing/index.js', import.meta.url)));
+    expect(seen.size).toBeGreaterThan(50);
+    const builders = ['kysely', 'knex', 'drizzle-orm', '@prisma', 'prisma'];
+    expect([...bare].filter((name) => builders.includes(name))).toEqual([]);
   });
 });

@@ -1,0 +1,2 @@
+// Public surface of 'pg-txkit/knex' (re-exports only).
+export { type KnexConfigInput, knexConfig } from './knex-config.js';
