@@ -12,8 +12,8 @@
 // Run: npm run build && node bench/queue/claim-by-tid.mjs  (PGTXKIT_TID_ROUNDS, PGTXKIT_TID_JOBS)
 import { loadavg } from 'node:os';
 import pg from 'pg';
-import { jobsFromClaim, RAW_TEXT } from '../../dist/patterns/queue/job.js';
-import { claimTokenMigration } from '../../dist/patterns/queue/migrations/claim-token-migration.js';
+import { jobsFromClaim, RAW_TEXT } from '../../dist/queue/job.js';
+import { claimTokenMigration } from '../../dist/queue/schema/migrations/claim-token-migration.js';
 import { createTestDatabase, startPostgres } from '../../dist/testing/index.js';
 import { filledQueue } from './filled-queue.mjs';
 import { backendCpuUs } from './server-cpu.mjs';

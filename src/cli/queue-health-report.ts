@@ -1,6 +1,6 @@
 import pg from 'pg';
-import { type QueueMetrics, readQueueMetrics } from '../patterns/queue/queue-health.js';
 import { runQuery } from '../patterns/run-query.js';
+import { type QueueMetrics, readQueueMetrics } from '../queue/store/queue-health.js';
 
 /** A finding about a queue: what is wrong, and what to do. */
 export interface QueueFinding {

@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { Queue } from '../../src/patterns/queue/index.js';
+import { Queue } from '../../src/queue/index.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
 import { backendPid, expireLeases, leaks, queueClient, untilBlocked } from '../fixtures/queue-helpers.js';
 import { useTestDatabase } from '../helpers.js';

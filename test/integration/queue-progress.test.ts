@@ -1,8 +1,8 @@
 import pg from 'pg';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import type { JobEndEvent } from '../../src/patterns/queue/index.js';
-import { Queue } from '../../src/patterns/queue/index.js';
+import type { JobEndEvent } from '../../src/queue/index.js';
+import { Queue } from '../../src/queue/index.js';
 import { gate } from '../../src/testing/gate.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
 import { countingPool } from '../fixtures/counting-pool.js';

@@ -1,7 +1,7 @@
 import type pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { Queue, type ScheduleDefinition, scheduledTick } from '../../src/patterns/queue/index.js';
+import { Queue, type ScheduleDefinition, scheduledTick } from '../../src/queue/index.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
 import { eventually, untilServerPasses } from '../fixtures/queue-helpers.js';
 import { type Replica, replica, serverHour, setNextRun } from '../fixtures/schedule-helpers.js';

@@ -1,0 +1,1156 @@
+import { err, errAsync, ok, okAsync, type Result, ResultAsync } from 'neverthrow';
+import type pg from 'pg';
+import type { z } from 'zod/v4';
+import { classify } from '../errors/classify.js';
+import {
+  type DatabaseFailure,
+  InvalidOptions,
+  LeaseLost,
+  NotFound,
+  type TxKitError,
+  UnknownTask,
+} from '../errors/errors.js';
+import type { Logger } from '../observability/logger.js';
+import { resolveOpenTelemetry } from '../observability/otel-api.js';
+import { type QueueSend, QueueTelemetry } from '../observability/queue-telemetry.js';
+import { guardClientErrors } from '../tx/guard-client-errors.js';
+import type { Db, Queryable } from '../tx/types.js';
+import { errorText } from './error-text.js';
+import { limitsDeclaration, ratesDeclared } from './group-limits.js';
+import {
+  type ClaimedLease,
+  type ClaimedRow,
+  type EnqueuedJob,
+  type Job,
+  type JobLease,
+  type JobState,
+  jobsFromClaim,
+  type LimitedClaimedRow,
+  RAW_TEXT,
+} from './job.js';
+import { type PayloadInput, type PayloadSchema, validatePayload } from './payload-schema.js';
+import { progressJson } from './progress-json.js';
+import {
+  claimOptionsSchema,
+  enqueueManyOptionsSchema,
+  enqueueOptionsSchema,
+  failOptionsSchema,
+  metricsOptionsSchema,
+  parseOptions,
+  pruneOptionsSchema,
+  queueOptionsSchema,
+  type rateSchema,
+  reapOptionsSchema,
+  redriveOptionsSchema,
+  takeNextOptionsSchema,
+} from './queue-options.js';
+import { declareSchedules, type ScheduleDefinition } from './schedules/schedule-options.js';
+import {
+  type DeclaredSchedule,
+  runSchedulePass,
+  type ScheduleContext,
+  type SchedulePassResult,
+} from './schedules/schedule-pass.js';
+import { scheduleStatements } from './schedules/schedule-sql.js';
+import {
+  type FireSchedulesOptions,
+  fireSchedulesOptionsSchema,
+  type ScheduleState,
+  scheduleStates,
+} from './schedules/schedule-state.js';
+import { cancelChannel, type MigrateResult, migrateQueue, notifyChannel } from './schema/migrate-queue.js';
+import { storableJson } from './storable-json.js';
+import type {
+  ClaimedBatch,
+  CompleteAndTakeNextResult,
+  CompleteManyResult,
+  FailItem,
+  FailResult,
+  JobStore,
+  QueueTxManager,
+  ReapResult,
+  TaskMap,
+} from './store/job-store.js';
+import { type QueueMetrics, readQueueMetrics, type StateCountsRow } from './store/queue-health.js';
+import { type QueueStatements, queueStatements } from './store/queue-sql.js';
+import { invalidLease, isJobId, leaseArrays, splitLeases } from './store/split-leases.js';
+import type { WorkHandlers, WorkOptionsInput } from './worker/work-options.js';
+import { QueueWorker } from './worker/worker.js';
+
+export type {
+  ClaimedBatch,
+  CompleteAndTakeNextResult,
+  CompleteManyResult,
+  FailItem,
+  FailResult,
+  QueueTxManager,
+  ReapResult,
+  TaskMap,
+};
+
+/** Options of {@link Queue} (see `queueOptionsSchema` for every field). */
+export type QueueOptions<T extends TaskMap> = Omit<
+  z.input<typeof queueOptionsSchema>,
+  'tasks' | 'txManager' | 'schedules' | 'requires'
+> & {
+  readonly tasks: T;
+  readonly txManager: QueueTxManager;
+  /**
+   * Recurring schedules, each tick enqueued exactly once across replicas (see docs/queue.md, Schedules).
+   *
+   * @example
+   * schedules: { 'daily-post': { cron: '0 6 * * *', tz: 'Europe/Paris', task: 'generate-post', missed: 'once' } }
+   */
+  readonly schedules?: { readonly [name: string]: ScheduleDefinition<keyof T & string> };
+  /**
+   * Task → capabilities a worker must declare (`work(…, { capabilities })`) to claim it.
+   *
+   * @example
+   * requires: { publish: ['publish-token'] }
+   */
+  readonly requires?: { readonly [K in keyof T]?: readonly string[] };
+};
+/**
+ * The `groups` option of {@link Queue}: group key → its limits; `default` applies to every group not
+ * named.
+ *
+ * @example
+ * const groups: GroupsOption = { default: { concurrency: 1 }, 'customer-big': { concurrency: 4, rate: { limit: 100, per: '1m' } } };
+ */
+export type GroupsOption = NonNullable<z.input<typeof queueOptionsSchema>['groups']>;
+/** The limits of one group (see {@link GroupsOption}). */
+export type GroupLimits = GroupsOption[string];
+/**
+ * A rate limit: at most `limit` claims in any interval of `per`.
+ *
+ * @example
+ * const rate: RateLimit = { limit: 10, per: '1s' };
+ */
+export type RateLimit = z.input<typeof rateSchema>;
+/** Options of {@link Queue.enqueue}. */
+export type EnqueueOptions = z.input<typeof enqueueOptionsSchema>;
+/** Options of {@link Queue.enqueueMany}. */
+export type EnqueueManyOptions = z.input<typeof enqueueManyOptionsSchema>;
+/** Options of {@link Queue.claim}. */
+export type ClaimOptions = z.input<typeof claimOptionsSchema>;
+/** Options of {@link Queue.completeAndTakeNext}: the lease and tasks of the jobs it takes over. */
+export type TakeNextOptions = z.input<typeof takeNextOptionsSchema>;
+/** Options of {@link Queue.fail}. */
+export type FailOptions = z.input<typeof failOptionsSchema>;
+/** Options of {@link Queue.redrive}. */
+export type RedriveOptions = z.input<typeof redriveOptionsSchema>;
+/** Options of {@link Queue.metrics}. */
+export type MetricsOptions = z.input<typeof metricsOptionsSchema>;
+/** Options of {@link Queue.reap}. */
+export type ReapOptions = z.input<typeof reapOptionsSchema>;
+/** Options of {@link Queue.prune}. */
+export type PruneOptions = z.input<typeof pruneOptionsSchema>;
+
+/** What {@link Queue.cancel} did. */
+export interface CancelResult {
+  /** The job id. */
+  readonly id: string;
+  /**
+   * The state the job was in: 'pending' (it will never run), 'running' (its handler's `ctx.signal`
+   * aborts with `JobCancelled` and its settle writes nothing) or 'dead' (it will not be redriven).
+   */
+  readonly state: JobState;
+}
+
+/** A job as {@link Queue.job} reads it: live (pending, running, dead) or archived (done, cancelled). */
+export interface JobInfo {
+  /** Job id. */
+  readonly id: string;
+  /** Task name. */
+  readonly task: string;
+  /** Where it is: live states, or 'done' / 'cancelled' for an archived job. */
+  readonly state: JobState | 'done' | 'cancelled';
+  /** The payload. */
+  readonly payload: unknown;
+  /** Attempts so far. */
+  readonly attempts: number;
+  /** Unique key, if any. */
+  readonly key: string | null;
+  /** The error of the last failed attempt, if any. */
+  readonly lastError: string | null;
+  /** The last progress stored by its handler (`ctx.progress`), null when none. */
+  readonly progress: unknown;
+  /** When it was enqueued. */
+  readonly createdAt: Date;
+  /** When it (next) runs; null for an archived job. */
+  readonly runAt: Date | null;
+  /** Its attempt limit; null for an archived job. */
+  readonly maxAttempts: number | null;
+  /** When its lease expires (running jobs only), else null. */
+  readonly leaseExpiresAt: Date | null;
+  /** When it was archived (done or cancelled), else null. */
+  readonly finishedAt: Date | null;
+}
+
+/** What {@link Queue.prune} deleted. */
+export interface PruneResult {
+  /** Archived jobs deleted. */
+  readonly archived: number;
+  /** Dead jobs deleted. */
+  readonly dead: number;
+}
+
+/** What enqueue can fail with. */
+export type EnqueueError = UnknownTask | InvalidOptions | NotFound | DatabaseFailure;
+/** What a settle (complete, fail, extend) can fail with. */
+export type SettleError = LeaseLost | InvalidOptions | DatabaseFailure;
+
+/** Result of {@link Queue.enqueueMany}. */
+export interface EnqueueManyResult {
+  /** Ids of the jobs inserted, in payload order. */
+  readonly ids: readonly string[];
+  /** Payloads skipped because a live job already had their key. */
+  readonly skipped: number;
+}
+
+/** What {@link Queue.stats} reports. */
+export interface QueueStats {
+  /** Pending jobs (including those scheduled in the future). */
+  readonly pending: number;
+  /** Pending jobs that could run now. */
+  readonly ready: number;
+  /** Running (leased) jobs. */
+  readonly running: number;
+  /** Running jobs whose lease has expired (the reaper's work; 0 in a healthy queue). */
+  readonly expired: number;
+  /** Dead jobs (attempts used up), waiting for redrive or cancel. */
+  readonly dead: number;
+  /** Age in ms of the oldest job that could run now (0 when none): the queue's lag. */
+  readonly oldestReadyMs: number;
+  /** Dead tuples of the jobs table (pg_stat_user_tables, approximate): vacuum backlog. */
+  readonly deadTuples: number;
+  /** Live tuples of the jobs table (approximate). */
+  readonly liveTuples: number;
+}
+
+/** Maps a driver error to the taxonomy; anything that is not a database failure is a defect: rethrown. */
+function dbError(e: unknown): DatabaseFailure {
+  const failure = classify(e);
+  if (failure === undefined) throw e;
+  return failure as DatabaseFailure;
+}
+
+function run<R extends pg.QueryResultRow>(
+  db: Db,
+  text: string,
+  values: readonly unknown[],
+): ResultAsync<pg.QueryResult<R>, DatabaseFailure> {
+  return ResultAsync.fromPromise((db as Queryable).query<R>(text, values), dbError);
+}
+
+/**
+ * As {@link run}, with the rows as arrays of the server's text (`rowMode: 'array'`, {@link RAW_TEXT}):
+ * the caller converts the values itself (the claim's {@link jobsFromClaim}).
+ */
+function runTuples<R extends unknown[]>(
+  pool: pg.Pool,
+  text: string,
+  values: readonly unknown[],
+): ResultAsync<pg.QueryArrayResult<R>, DatabaseFailure> {
+  const query = pool.query<R>({ text, values: [...values], rowMode: 'array', types: RAW_TEXT });
+  return ResultAsync.fromPromise(query, dbError);
+}
+
+/** ',' */
+const COMMA = 44;
+/**
+ * The outcome of a worker's completion of `jobs`, from the statement's completed ids as one array literal
+ * of digits ('{1,2,3}'): when it holds as many ids as were sent (the usual case), all of them were
+ * completed, and it need not be parsed.
+ */
+function completedOf(jobs: readonly ClaimedLease[], ids = '{}'): CompleteManyResult {
+  let count = ids === '{}' ? 0 : 1;
+  for (let i = 0; i < ids.length; i++) if (ids.charCodeAt(i) === COMMA) count++;
+  if (count === jobs.length) return { completed: jobs.map((j) => j.id), lost: [], invalid: [] };
+  return { ...partitionCompleted(jobs, new Set(ids.slice(1, -1).split(','))), invalid: [] };
+}
+
+/** Splits a completion's jobs into those completed (ids in `done`) and those whose lease was lost. */
+function partitionCompleted(jobs: readonly JobLease[], done: ReadonlySet<string>) {
+  const completed: string[] = [];
+  const lost: string[] = [];
+  for (const j of jobs) (done.has(j.id) ? completed : lost).push(j.id);
+  return { completed, lost };
+}
+
+const ENQUEUE_RACE_RETRIES = 5;
+const REDRIVE_RACE_RETRIES = 5;
+
+/**
+ * A job queue in PostgreSQL on `FOR UPDATE SKIP LOCKED`, with leases fenced by a per-claim token.
+ *
+ * - `enqueue(db, …)` inside your transaction is a transactional outbox: the job exists iff the
+ *   business transaction commits; workers are woken by a NOTIFY delivered at COMMIT.
+ * - `claim` takes a batch in one statement, counts the attempt and gives a lease (token + expiry).
+ * - `complete`/`fail`/`extend` are fenced by id + token + state: a worker that lost its lease
+ *   (expired and re-queued by `reap`, re-claimed, cancelled) gets `LeaseLost` and changes nothing.
+ * - `work(handlers)` runs a worker: batched claims and settles, LISTEN wake-up with a polling
+ *   backstop, heartbeats, the reaper, handler timeouts and a two-phase graceful stop.
+ *
+ * @example
+ * const queue = new Queue({ pool, txManager: tm, tasks: { email: z.object({ to: z.string() }) } });
+ * await queue.migrate();
+ * await tm.do(async (tx) => {
+ *   await tx.query('INSERT INTO users (email) VALUES ($1)', ['a@example.com']);
+ *   return queue.enqueue(tx, 'email', { to: 'a@example.com' }); // commits with the user, or not at all
+ * });
+ * const worker = queue.work({ email: async (job) => sendMail(job.payload.to) }, { concurrency: 8 });
+ * await worker.stop();
+ */
+export class Queue<T extends TaskMap = TaskMap> implements JobStore {
+  /** The pool the queue's own statements run on. */
+  readonly pool: pg.Pool;
+  /** The TxManager that runs handler transactions. */
+  readonly txManager: QueueTxManager;
+  /** The schema of the queue's tables. */
+  readonly schema: string;
+  /** The NOTIFY channel workers LISTEN on. */
+  readonly channel: string;
+  /** The NOTIFY channel carrying the ids of cancelled running jobs (workers LISTEN on it too). */
+  readonly cancelChannel: string;
+  /** Registered task names. */
+  readonly taskNames: readonly string[];
+  /** Default lease in ms. */
+  readonly leaseMs: number;
+  /** Whether the queue declares `groups` or `taskRates`: its claims are limited. */
+  readonly limited: boolean;
+  /**
+   * Whether its workers' completions take over the group slots they free ({@link Queue.completeAndTakeNext}):
+   * limits declared, all of them concurrency.
+   */
+  readonly takesOver: boolean;
+  /**
+   * Whether the queue declares a rate limit (a group's `rate`, or `taskRates`): its workers claim only for
+   * their free handler slots, with no local queue, so that a job starts when it is claimed.
+   */
+  readonly rated: boolean;
+  /** The `logger` option: where the workers' log lines go (else console.error, rate-limited). */
+  readonly logger: Logger | undefined;
+  /** Spans and counters of enqueues and job runs (no-op without OpenTelemetry). */
+  readonly telemetry: QueueTelemetry;
+  readonly #tasks: T;
+  readonly #sql: QueueStatements;
+  readonly #maxAttempts: number;
+  readonly #backoff: { readonly baseMs: number; readonly capMs: number };
+  readonly #schedules: ScheduleContext;
+  /** Task → capabilities a worker needs to claim it (`requires`). */
+  readonly requires: Readonly<Record<string, readonly string[]>>;
+  /** The declared group and task limits (jsonb for the limited claim), or undefined: the plain claim. */
+  readonly #limits: string | undefined;
+
+  /**
+   * Creates a queue handle (sends nothing to the database; call {@link Queue.migrate} once at start-up).
+   * Throws {@link InvalidOptions} on invalid options: a configuration error is a defect.
+   *
+   * @example
+   * const queue = new Queue({ pool, txManager: tm, schema: 'jobs', tasks: { resize: z.object({ url: z.url() }) } });
+   */
+  constructor(options: QueueOptions<T>) {
+    const parsed = parseOptions(queueOptionsSchema, options);
+    if (parsed.isErr()) throw parsed.error;
+    const o = parsed.value;
+    this.pool = o.pool;
+    // Reliability fix: a connection error racing pool.connect() must not crash the worker process
+    // (see guard-client-errors.ts).
+    guardClientErrors(o.pool);
+    this.txManager = options.txManager;
+    this.schema = o.schema;
+    this.channel = notifyChannel(o.schema);
+    this.cancelChannel = cancelChannel(o.schema);
+    this.#tasks = options.tasks;
+    this.taskNames = Object.freeze(Object.keys(options.tasks));
+    this.leaseMs = o.lease;
+    this.logger = o.logger;
+    this.telemetry = new QueueTelemetry(resolveOpenTelemetry(o.telemetry), o.pool.options, o.schema);
+    this.#maxAttempts = o.maxAttempts;
+    this.#backoff = o.backoff;
+    this.#sql = queueStatements(o.schema, {
+      archive: o.archive,
+      channel: this.channel,
+      cancelChannel: this.cancelChannel,
+    });
+    const unknownRequired = Object.keys(o.requires).filter((t) => !Object.hasOwn(options.tasks, t));
+    if (unknownRequired.length > 0) {
+      throw new InvalidOptions(
+        unknownRequired.map((t) => ({
+          path: ['requires', t],
+          message: `'${t}' is not one of the queue's tasks`,
+        })),
+      );
+    }
+    this.requires = Object.freeze({ ...o.requires });
+    this.#limits = limitsDeclaration(o.groups, o.taskRates);
+    this.limited = this.#limits !== undefined;
+    this.rated = ratesDeclared(o.groups, o.taskRates);
+    this.takesOver = this.limited && !this.rated;
+    const declared = declareSchedules(options.schedules, options.tasks);
+    if (declared.isErr()) throw declared.error;
+    this.#schedules = {
+      pool: o.pool,
+      sql: scheduleStatements(o.schema),
+      declared: declared.value,
+      maxAttempts: o.maxAttempts,
+      backoff: o.backoff,
+    };
+  }
+
+  /** The schedules this queue declares (validated, with their definition hashes). */
+  get declaredSchedules(): readonly DeclaredSchedule[] {
+    return this.#schedules.declared;
+  }
+
+  /**
+   * One scheduler pass (what every worker runs each `scheduleInterval`): fires every due tick exactly
+   * once across replicas — the tick's job (key `schedule:<name>:<tick ISO>`) is inserted in the
+   * transaction that moves the schedule's persisted `next_run_at` past it, under the schedule row's
+   * `FOR UPDATE SKIP LOCKED` lock. With `declare` (default true) it first records this process's schedule
+   * definitions as live and brings each stored schedule to the definition in force: the newest deploy
+   * that a replica seen within `liveness` (default 1 minute) still declares; a schedule none declares is
+   * disabled.
+   *
+   * @example
+   * const pass = await queue.fireSchedules();
+   * if (pass.isOk()) for (const f of pass.value.fired) console.log(f.schedule, f.tick, f.jobId);
+   */
+  fireSchedules(
+    options: FireSchedulesOptions = {},
+  ): ResultAsync<SchedulePassResult, InvalidOptions | DatabaseFailure> {
+    const parsed = parseOptions(fireSchedulesOptionsSchema, options);
+    if (parsed.isErr()) return errAsync(parsed.error);
+    return runSchedulePass(this.#schedules, parsed.value);
+  }
+
+  /**
+   * The stored schedules: definition in force, enabled, next run, last tick, ticks fired and skipped.
+   *
+   * @example
+   * const list = await queue.listSchedules();
+   * if (list.isOk()) console.log(list.value.map((s) => [s.name, s.nextRunAt]));
+   */
+  listSchedules(): ResultAsync<ScheduleState[], DatabaseFailure> {
+    return scheduleStates(this.pool, this.#schedules.sql);
+  }
+
+  /**
+   * Creates or upgrades the queue's schema (numbered migrations, once each, under a transaction-scoped
+   * advisory lock: safe when many replicas start at once).
+   *
+   * @example
+   * const migrated = await queue.migrate();
+   * if (migrated.isErr()) throw migrated.error;
+   */
+  migrate(): ResultAsync<MigrateResult, TxKitError> {
+    return migrateQueue(this.pool, this.schema, { logger: this.logger, telemetry: this.telemetry.api });
+  }
+
+  #validate<K extends keyof T & string>(
+    task: K,
+    payload: unknown,
+  ): Result<unknown, UnknownTask | InvalidOptions> {
+    if (!Object.hasOwn(this.#tasks, task)) return err(new UnknownTask(task));
+    const parsed = validatePayload(this.#tasks[task] as PayloadSchema, payload);
+    if (parsed.isOk()) {
+      // The payload is stored as jsonb: it must serialize (a BigInt made JSON.stringify throw a
+      // TypeError out of enqueue; undefined or a function serialize to nothing) and hold no U+0000
+      // ("\u0000", which jsonb refuses with 22P05 after validation passed). Both refused here, before
+      // SQL, like any invalid payload (found by test/property/fuzz-queue).
+      return storableJson(parsed.value, 'payload', 'the payload').map(() => parsed.value);
+    }
+    return err(parsed.error);
+  }
+
+  /**
+   * Adds a job. Pass your transaction as `db` to make it part of the business transaction (the job
+   * exists iff it commits: a transactional outbox), or the pool for a standalone insert. The payload
+   * is validated by the task's schema first: `UnknownTask` or `InvalidOptions` and nothing inserted.
+   * With `key`, a live (pending or running) job of the task with the same key is returned instead of
+   * inserting a duplicate (`created: false`). With `group`, the job counts against that group's limits
+   * (the queue's `groups` option): e.g. one job per customer at a time.
+   *
+   * @example
+   * const job = await queue.enqueue(tx, 'email', { to: 'a@example.com' }, { key: 'welcome:42', priority: -1 });
+   * if (job.isOk() && !job.value.created) console.log('already queued', job.value.id);
+   * await queue.enqueue(tx, 'email', { to: 'b@example.com' }, { group: 'customer-42' });
+   */
+  enqueue<K extends keyof T & string>(
+    db: Db,
+    task: K,
+    payload: PayloadInput<T[K]>,
+    options: EnqueueOptions = {},
+  ): ResultAsync<EnqueuedJob, EnqueueError> {
+    const checked = this.#validate(task, payload).andThen((value) =>
+      parseOptions(enqueueOptionsSchema, options).map((o) => ({ value, o })),
+    );
+    if (checked.isErr()) return errAsync(checked.error);
+    const { value, o } = checked.value;
+    const backoff = o.backoff ?? this.#backoff;
+    const send = this.telemetry.send(task, 1);
+    const params = [
+      task,
+      JSON.stringify(value),
+      o.priority,
+      o.runAt ?? null,
+      o.maxAttempts ?? this.#maxAttempts,
+      backoff.baseMs,
+      backoff.capMs,
+      o.key ?? null,
+      o.group ?? null,
+      send?.carrier ?? null,
+    ];
+    type Row = {
+      id: string;
+      task: string;
+      state: JobState;
+      run_at: Date;
+      key: string | null;
+      group_key: string | null;
+      created: boolean;
+    };
+    const attempt = (left: number): ResultAsync<EnqueuedJob, EnqueueError> =>
+      run<Row>(db, this.#sql.enqueue, params).andThen((res) => {
+        const row = res.rows[0];
+        if (row === undefined) {
+          // The keyed job that blocked the insert committed after this statement's snapshot (or ended
+          // meanwhile): run again with a fresh snapshot. Bounded.
+          if (left > 0) return attempt(left - 1);
+          return errAsync(new NotFound(`${this.schema}.jobs`, [o.key]));
+        }
+        return ok<EnqueuedJob, EnqueueError>({
+          id: String(row.id),
+          task: row.task,
+          state: row.state,
+          runAt: row.run_at,
+          key: row.key,
+          group: row.group_key,
+          created: row.created,
+        });
+      });
+    return send === undefined
+      ? attempt(ENQUEUE_RACE_RETRIES)
+      : traced(send, attempt(ENQUEUE_RACE_RETRIES), (j) => [j.id]);
+  }
+
+  /**
+   * Adds many jobs of one task in ONE statement (unnest), with one NOTIFY: thousands per round trip.
+   * Every payload is validated first; one invalid payload fails the whole call and inserts nothing.
+   * `group` puts every job in one group, `groups` gives one group (or null) per payload.
+   *
+   * @example
+   * const r = await queue.enqueueMany(pool, 'email', users.map((u) => ({ to: u.email })));
+   * if (r.isOk()) console.log(r.value.ids.length);
+   * await queue.enqueueMany(pool, 'email', users.map((u) => ({ to: u.email })), { groups: users.map((u) => `customer-${u.customerId}`) });
+   */
+  enqueueMany<K extends keyof T & string>(
+    db: Db,
+    task: K,
+    payloads: readonly PayloadInput<T[K]>[],
+    options: EnqueueManyOptions = {},
+  ): ResultAsync<EnqueueManyResult, EnqueueError> {
+    // A non-array (a type error the compiler catches) threw a TypeError from payloads.entries() (found by
+    // test/property/fuzz-queue): refused as InvalidOptions instead.
+    if (!Array.isArray(payloads)) {
+      return errAsync(new InvalidOptions([{ path: ['payloads'], message: 'payloads must be an array' }]));
+    }
+    const parsedOptions = parseOptions(enqueueManyOptionsSchema, options);
+    if (parsedOptions.isErr()) return errAsync(parsedOptions.error);
+    const o = parsedOptions.value;
+    if (o.keys !== undefined && o.keys.length !== payloads.length) {
+      return errAsync(
+        new InvalidOptions([{ path: ['keys'], message: 'needs one key (or null) per payload' }]),
+      );
+    }
+    if (o.groups !== undefined && o.groups.length !== payloads.length) {
+      return errAsync(
+        new InvalidOptions([{ path: ['groups'], message: 'needs one group (or null) per payload' }]),
+      );
+    }
+    const values: string[] = [];
+    for (const [index, payload] of payloads.entries()) {
+      const v = this.#validate(task, payload);
+      if (v.isErr()) {
+        const e = v.error;
+        if (e.kind === 'UnknownTask') return errAsync(e);
+        return errAsync(
+          new InvalidOptions(
+            e.issues.map((i) => ({ ...i, path: [index, ...i.path] })),
+            e.cause,
+          ),
+        );
+      }
+      values.push(JSON.stringify(v.value));
+    }
+    if (values.length === 0) return ResultAsync.fromSafePromise(Promise.resolve({ ids: [], skipped: 0 }));
+    const backoff = o.backoff ?? this.#backoff;
+    const send = this.telemetry.send(task, values.length);
+    const inserted = run<{ id: string }>(db, this.#sql.enqueueMany, [
+      task,
+      values,
+      o.priority,
+      o.runAt ?? null,
+      o.maxAttempts ?? this.#maxAttempts,
+      backoff.baseMs,
+      backoff.capMs,
+      o.keys ?? values.map(() => null),
+      o.groups ?? values.map(() => o.group ?? null),
+      send?.carrier ?? null,
+    ]).map((res) => ({ ids: res.rows.map((r) => String(r.id)), skipped: values.length - res.rows.length }));
+    return send === undefined ? inserted : traced(send, inserted, (r) => r.ids);
+  }
+
+  /**
+   * Claims up to `batch` runnable jobs in one statement (MATERIALIZED CTE with FOR UPDATE SKIP
+   * LOCKED, then UPDATE … RETURNING): each gets `attempts + 1`, a fresh lease token and a lease expiry.
+   * Run them, then `complete` or `fail` each before the lease expires (or `extend` it).
+   *
+   * @example
+   * const jobs = await queue.claim({ batch: 10, lease: '1m' });
+   */
+  claim(options: ClaimOptions = {}): ResultAsync<Job[], InvalidOptions | DatabaseFailure> {
+    return this.claimBatch(options).map((b) => b.jobs);
+  }
+
+  /**
+   * As {@link Queue.claim}, and says how long a rate limit holds the remaining ready jobs back
+   * (`waitMs`, when one did). On a queue with `groups` or `taskRates`, the claim skips the jobs of full
+   * groups and takes the jobs behind them; the limits are checked and counted under the group's row lock
+   * in the same statement, so no number of concurrent claimers can exceed them.
+   *
+   * @example
+   * const r = await queue.claimBatch({ batch: 10 });
+   * if (r.isOk() && r.value.jobs.length === 0 && r.value.waitMs !== undefined) await sleep(r.value.waitMs);
+   */
+  claimBatch(options: ClaimOptions = {}): ResultAsync<ClaimedBatch, InvalidOptions | DatabaseFailure> {
+    const parsed = parseOptions(claimOptionsSchema, options);
+    if (parsed.isErr()) return errAsync(parsed.error);
+    const o = parsed.value;
+    const params = [o.batch, o.lease ?? this.leaseMs, o.tasks ?? this.taskNames];
+    if (this.#limits === undefined) {
+      return runTuples<ClaimedRow>(this.pool, this.#sql.claim, params).map((res) => ({
+        jobs: jobsFromClaim(res.rows[0]),
+        waitMs: undefined,
+      }));
+    }
+    const limited = [...params, this.#limits];
+    return runTuples<LimitedClaimedRow>(this.pool, this.#sql.claimLimited, limited).map((res) => {
+      const row = res.rows[0];
+      const wait = row?.[4];
+      return {
+        jobs: jobsFromClaim(row),
+        waitMs: wait === null || wait === undefined ? undefined : Number(wait),
+      };
+    });
+  }
+
+  /**
+   * Completes a job (deletes it, or archives it). Fenced by id + lease token + running state: if the
+   * lease was lost meanwhile, `LeaseLost` and nothing changes. Pass a transaction as `db` to commit
+   * the completion together with the handler's own writes (exactly-once database effects).
+   *
+   * @example
+   * const done = await queue.complete(job);
+   * if (done.isErr() && done.error.kind === 'LeaseLost') console.log('someone else owns it now');
+   */
+  complete(job: JobLease, db: Db = this.pool): ResultAsync<void, SettleError> {
+    const invalid = invalidLease(job);
+    if (invalid !== undefined) return errAsync(invalid);
+    return this.completeMany([job], db).andThen((r) =>
+      r.lost.length > 0 ? err(new LeaseLost(job.id)) : ok(undefined),
+    );
+  }
+
+  /**
+   * Completes many jobs in ONE statement; reports which ones were completed, which had lost their
+   * lease, and which had a malformed id or lease token (each with its own InvalidOptions; the others
+   * are completed all the same).
+   *
+   * @example
+   * const r = await queue.completeMany(jobs);
+   * if (r.isOk()) console.log(r.value.completed.length, r.value.lost.length, r.value.invalid.length);
+   */
+  completeMany(
+    jobs: readonly JobLease[],
+    db: Db = this.pool,
+  ): ResultAsync<CompleteManyResult, DatabaseFailure> {
+    const { valid, invalid } = splitLeases(jobs, (j) => j);
+    if (valid.length === 0) return okAsync({ completed: [], lost: [], invalid });
+    return run<{ ids: string[] }>(db, this.#sql.complete, leaseArrays(valid)).map((res) => ({
+      ...partitionCompleted(valid, new Set(res.rows[0]?.ids)),
+      invalid,
+    }));
+  }
+
+  /**
+   * Completes jobs this queue's own claim returned (a worker's, on the pool): their ids and lease tokens
+   * are well-formed by construction, so they are not checked again as a user's are in completeMany.
+   * When none of them has a group (`group: null`), the statement has no group steps.
+   *
+   * @example
+   * const jobs = await queue.claim({ batch: 50 });
+   * if (jobs.isOk()) await queue.completeClaimed(jobs.value);
+   */
+  completeClaimed(jobs: readonly ClaimedLease[]): ResultAsync<CompleteManyResult, DatabaseFailure> {
+    if (jobs.length === 0) return okAsync({ completed: [], lost: [], invalid: [] });
+    let grouped = false;
+    for (let i = 0; i < jobs.length && !grouped; i++) grouped = (jobs[i] as ClaimedLease).group !== null;
+    const text = grouped ? this.#sql.complete : this.#sql.completeUngrouped;
+    return runTuples<[string]>(this.pool, text, leaseArrays(jobs)).map((res) =>
+      completedOf(jobs, res.rows[0]?.[0]),
+    );
+  }
+
+  /**
+   * As {@link Queue.completeClaimed}, and on a queue whose limits are concurrency only (no `rate`, no
+   * `taskRates`) it takes over the group slots it frees, in the same call: for each group that had
+   * k of these jobs, the group's next k ready jobs of `tasks` (in claim order within the group) are
+   * leased to the caller, as a claim leases them, and come back in `next` to be run. The group's count
+   * of running jobs does not change, so its row is not written, and no claim has to find the group
+   * again: this is how a worker keeps serial groups moving at close to the unlimited queue's speed.
+   * One autocommit call of the schema's `complete_take_next` function (queue migration 10): the jobs
+   * are completed first, then the next ones are looked for under a new snapshot, so a job another
+   * completion has just taken over is not tried (trying it would hold that job's row lock until this
+   * call ends, and make its worker's completion of it wait). A job is taken over only when no ready
+   * job of `tasks` has a better priority, and only while the group's count is within its declared
+   * concurrency (after a limit was lowered, slots are given back until it is). `max`: at most that
+   * many jobs taken over in all (a worker passes the room its local queue has; the other slots go
+   * back). Without limits, with a rate limit declared, for jobs without a group, or with `max: 0`,
+   * `next` is empty and this is completeClaimed. `InvalidOptions` (nothing sent) for a bad lease, task
+   * list or max.
+   *
+   * @example
+   * const claimed = await queue.claim({ batch: 50 });
+   * if (claimed.isOk()) {
+   *   const r = await queue.completeAndTakeNext(claimed.value, { lease: '30s' });
+   *   if (r.isOk()) console.log(r.value.completed.length, 'done,', r.value.next.length, 'more to run');
+   * }
+   */
+  completeAndTakeNext(
+    jobs: readonly ClaimedLease[],
+    options: TakeNextOptions = {},
+  ): ResultAsync<CompleteAndTakeNextResult, InvalidOptions | DatabaseFailure> {
+    const parsed = parseOptions(takeNextOptionsSchema, options);
+    if (parsed.isErr()) return errAsync(parsed.error);
+    let grouped = false;
+    for (let i = 0; i < jobs.length && !grouped; i++) grouped = (jobs[i] as ClaimedLease).group !== null;
+    const o = parsed.value;
+    if (!this.takesOver || !grouped || o.max === 0)
+      return this.completeClaimed(jobs).map((r) => ({ ...r, next: [] }));
+    const values = [
+      ...leaseArrays(jobs),
+      o.lease ?? this.leaseMs,
+      o.tasks ?? this.taskNames,
+      this.#limits,
+      o.max ?? jobs.length,
+    ];
+    return runTuples<[string, string, ...ClaimedRow]>(this.pool, this.#sql.completeTakeNext, values).map(
+      (res) => {
+        const row = res.rows[0];
+        const next = row === undefined ? [] : jobsFromClaim([row[2], row[3], row[4], row[5]]);
+        return { ...completedOf(jobs, row?.[0]), next };
+      },
+    );
+  }
+
+  /**
+   * Records a failed attempt: the job goes back to pending after its backoff (exponential, full
+   * jitter, capped) or after `retryIn`, or becomes dead when its attempts are used up (or `final`).
+   * Fenced like {@link Queue.complete}: `LeaseLost` and nothing changed when the lease was lost.
+   *
+   * @example
+   * await queue.fail(job, 'SMTP 451', { retryIn: '30s' });
+   */
+  fail(job: JobLease, error: unknown, options: FailOptions = {}): ResultAsync<FailResult, SettleError> {
+    const invalid = invalidLease(job);
+    if (invalid !== undefined) return errAsync(invalid);
+    const parsed = parseOptions(failOptionsSchema, options);
+    if (parsed.isErr()) return errAsync(parsed.error);
+    const o = parsed.value;
+    return this.failMany([{ job, error: errorText(error), retryInMs: o.retryIn, final: o.final }]).andThen(
+      (r) => {
+        const outcome = r.get(job.id);
+        return outcome === undefined ? err(new LeaseLost(job.id)) : ok(outcome);
+      },
+    );
+  }
+
+  /**
+   * Writes many failures in ONE statement. The map holds the jobs that were still ours; a job missing
+   * from it had lost its lease (or had a malformed id or lease token, which is sent nowhere).
+   *
+   * @example
+   * const r = await queue.failMany([{ job, error: 'timeout' }]);
+   */
+  failMany(all: readonly FailItem[]): ResultAsync<Map<string, FailResult>, DatabaseFailure> {
+    const items = splitLeases(all, (i) => i.job).valid;
+    if (items.length === 0) return okAsync(new Map());
+    return run<{ id: string; state: 'pending' | 'dead'; run_at: Date }>(this.pool, this.#sql.fail, [
+      items.map((i) => i.job.id),
+      items.map((i) => i.job.leaseToken),
+      // NUL (U+0000) cannot be stored in text: an error message holding one (binary protocols…) made
+      // the whole fail statement fail with 22021, so the job stayed running until its lease expired
+      // (found by test/property/fuzz-queue). Replaced by U+FFFD.
+      items.map((i) => i.error.slice(0, 10_000).replaceAll('\u0000', '\ufffd')),
+      items.map((i) => i.retryInMs ?? null),
+      items.map((i) => i.final === true),
+    ]).map((res) => new Map(res.rows.map((r) => [String(r.id), { state: r.state, runAt: r.run_at }])));
+  }
+
+  /**
+   * Extends a running job's lease to now + `lease` (heartbeat; at least 5 s, else `InvalidOptions` and
+   * nothing sent). `LeaseLost` when it is no longer ours.
+   *
+   * @example
+   * const until = await queue.extend(job, '2m');
+   */
+  extend(job: JobLease, lease: number | string = this.leaseMs): ResultAsync<Date, SettleError> {
+    const invalid = invalidLease(job);
+    if (invalid !== undefined) return errAsync(invalid);
+    return this.extendMany([job], lease).andThen((r) => {
+      const until = r.get(job.id);
+      return until === undefined ? err(new LeaseLost(job.id)) : ok(until);
+    });
+  }
+
+  /**
+   * Extends many leases in one statement; the map holds the jobs still ours and their new expiry (a
+   * job with a malformed id or lease token is sent nowhere and missing from it).
+   *
+   * @example
+   * const r = await queue.extendMany(jobs, '30s');
+   */
+  extendMany(
+    jobs: readonly JobLease[],
+    lease: number | string = this.leaseMs,
+  ): ResultAsync<Map<string, Date>, InvalidOptions | DatabaseFailure> {
+    // As an object, so the issue's path names the lease.
+    const parsed = parseOptions(claimOptionsSchema.pick({ lease: true }), { lease });
+    if (parsed.isErr()) return errAsync(parsed.error);
+    const valid = splitLeases(jobs, (j) => j).valid;
+    if (valid.length === 0) return okAsync(new Map());
+    return run<{ id: string; lease_expires_at: Date }>(this.pool, this.#sql.extend, [
+      valid.map((j) => j.id),
+      valid.map((j) => j.leaseToken),
+      parsed.value.lease ?? this.leaseMs,
+    ]).map((res) => new Map(res.rows.map((r) => [String(r.id), r.lease_expires_at])));
+  }
+
+  /**
+   * Gives running jobs back to the queue now, without charging the attempt (used by a stopping
+   * worker). Returns the ids released (the others had lost their lease already).
+   *
+   * @example
+   * await queue.release(jobs);
+   */
+  release(all: readonly JobLease[]): ResultAsync<string[], DatabaseFailure> {
+    const jobs = splitLeases(all, (j) => j).valid;
+    if (jobs.length === 0) return okAsync([]);
+    return run<{ id: string }>(this.pool, this.#sql.release, [
+      jobs.map((j) => j.id),
+      jobs.map((j) => j.leaseToken),
+    ])
+      .map((res) => res.rows.map((r) => String(r.id)))
+      .andThen((ids) => run(this.pool, this.#sql.notify, []).map(() => ids));
+  }
+
+  /**
+   * Returns running jobs whose lease expired (their worker died, stalled or lost its connection) to
+   * pending after their backoff, or to dead on their last attempt. SKIP LOCKED batches, fenced by
+   * state and expiry; safe to run from every worker at once (workers run it periodically).
+   *
+   * @example
+   * const reaped = await queue.reap();
+   * if (reaped.isOk()) console.log(reaped.value.requeued, reaped.value.dead);
+   */
+  reap(options: ReapOptions = {}): ResultAsync<ReapResult, InvalidOptions | DatabaseFailure> {
+    const parsed = parseOptions(reapOptionsSchema, options);
+    if (parsed.isErr()) return errAsync(parsed.error);
+    const o = parsed.value;
+    const loop = async (): Promise<Result<ReapResult, DatabaseFailure>> => {
+      let requeued = 0;
+      let dead = 0;
+      for (let i = 0; i < o.maxBatches; i++) {
+        const r = await run<{ id: string; state: string }>(this.pool, this.#sql.reap, [o.batch]);
+        if (r.isErr()) return err(r.error);
+        for (const row of r.value.rows) row.state === 'dead' ? dead++ : requeued++;
+        if (r.value.rows.length < o.batch) break;
+      }
+      return ok({ requeued, dead });
+    };
+    return new ResultAsync(loop());
+  }
+
+  /**
+   * Cancels a job in any state and returns the state it was in; `NotFound` when there is no such job
+   * (never enqueued, already done, already cancelled). The job leaves the jobs table at once (archived
+   * as 'cancelled' with `archive: true`):
+   * - pending: it will never run;
+   * - running: its handler's `ctx.signal` aborts with {@link JobCancelled} — at once on a worker that
+   *   LISTENs (the id goes out on {@link Queue.cancelChannel} when the cancel commits), else at that
+   *   worker's next heartbeat (reason `LeaseLost`). Its later settle writes nothing, a `ctx.transaction`
+   *   rolls back with `LeaseLost`, and the run ends with outcome 'cancelled' (or 'lost');
+   * - dead: it will not be redriven.
+   * A settle that commits first wins: the job is then done and this returns `NotFound`.
+   *
+   * @example
+   * const r = await queue.cancel(job.id);
+   * if (r.isOk() && r.value.state === 'running') console.log('its handler is being aborted');
+   */
+  cancel(id: string | number): ResultAsync<CancelResult, NotFound | DatabaseFailure> {
+    // An id that cannot be a job id (not a decimal, or beyond bigint: a raw 22003 before) names no job.
+    if (!isJobId(id)) return errAsync(new NotFound(`${this.schema}.jobs`, [id]));
+    return run<{ id: string; state: JobState }>(this.pool, this.#sql.cancel, [String(id)]).andThen((res) => {
+      const row = res.rows[0];
+      return row === undefined
+        ? err(new NotFound(`${this.schema}.jobs`, [id]))
+        : ok({ id: row.id, state: row.state });
+    });
+  }
+
+  /**
+   * Reads one job: live (pending, running, dead) from the jobs table, or archived (done, cancelled:
+   * only with `archive: true`) — with its progress. `NotFound` when it is in neither (a completed job
+   * without the archive is deleted).
+   *
+   * @example
+   * const j = await queue.job(id);
+   * if (j.isOk()) console.log(j.value.state, j.value.progress);
+   */
+  job(id: string | number): ResultAsync<JobInfo, NotFound | DatabaseFailure> {
+    if (!isJobId(id)) return errAsync(new NotFound(`${this.schema}.jobs`, [id]));
+    type Row = {
+      id: string;
+      task: string;
+      payload: unknown;
+      state: JobInfo['state'];
+      attempts: number;
+      key: string | null;
+      last_error: string | null;
+      progress: unknown;
+      created_at: Date;
+      run_at: Date | null;
+      max_attempts: number | null;
+      lease_expires_at: Date | null;
+      finished_at: Date | null;
+    };
+    return run<Row>(this.pool, this.#sql.job, [String(id)]).andThen((res) => {
+      const r = res.rows[0];
+      if (r === undefined) return err(new NotFound(`${this.schema}.jobs`, [id]));
+      return ok({
+        id: r.id,
+        task: r.task,
+        state: r.state,
+        payload: r.payload,
+        attempts: r.attempts,
+        key: r.key,
+        lastError: r.last_error,
+        progress: r.progress ?? null,
+        createdAt: r.created_at,
+        runAt: r.run_at,
+        maxAttempts: r.max_attempts,
+        leaseExpiresAt: r.lease_expires_at,
+        finishedAt: r.finished_at,
+      });
+    });
+  }
+
+  /**
+   * Stores a running job's progress: a JSON value of at most 8 KiB as JSON, fenced by
+   * the lease token (`LeaseLost` and nothing written when the lease was lost). Not throttled: inside a
+   * handler use `ctx.progress`, which coalesces calls. The value is kept across retries (the next
+   * attempt sees it as `job.progress`) and copied to the archive. `InvalidOptions` and nothing sent
+   * for a value that is not JSON or too large.
+   *
+   * @example
+   * await queue.progress(job, { done: 40, total: 100 });
+   */
+  progress(job: JobLease, value: unknown): ResultAsync<void, SettleError> {
+    const invalid = invalidLease(job);
+    if (invalid !== undefined) return errAsync(invalid);
+    const json = progressJson(value);
+    if (json.isErr()) return errAsync(json.error);
+    return this.writeProgress(job, json.value);
+  }
+
+  /**
+   * Writes a progress value already turned into JSON by `progressJson` (validated, size-capped),
+   * fenced like {@link Queue.progress}. Used by `ctx.progress`, which validates when it is called and
+   * writes later (coalesced).
+   *
+   * @example
+   * const json = progressJson({ done: 1 });
+   * if (json.isOk()) await queue.writeProgress(job, json.value);
+   */
+  writeProgress(job: JobLease, json: string): ResultAsync<void, SettleError> {
+    return run(this.pool, this.#sql.progress, [job.id, job.leaseToken, json]).andThen((res) =>
+      res.rowCount === 0 ? err(new LeaseLost(job.id)) : ok(undefined),
+    );
+  }
+
+  /**
+   * Deletes archived jobs finished more than `olderThan` ago (and, with `deadOlderThan`, dead jobs that
+   * died longer ago than that), oldest first, in batches of `batch` rows: one short autocommit statement
+   * per batch (row locks on that batch only, SKIP LOCKED), never one long transaction, so completions and
+   * claims go on meanwhile. Stops after `limit` rows in all; returns how many of each it deleted. Workers
+   * can run it periodically (the `retention` work option).
+   *
+   * @example
+   * const r = await queue.prune({ olderThan: '7d', deadOlderThan: '30d' });
+   * if (r.isOk()) console.log(r.value.archived, r.value.dead);
+   */
+  prune(options: PruneOptions): ResultAsync<PruneResult, InvalidOptions | DatabaseFailure> {
+    const parsed = parseOptions(pruneOptionsSchema, options);
+    if (parsed.isErr()) return errAsync(parsed.error);
+    const o = parsed.value;
+    const loop = async (): Promise<Result<PruneResult, DatabaseFailure>> => {
+      let left = o.limit;
+      const sweep = async (text: string, ageMs: number): Promise<Result<number, DatabaseFailure>> => {
+        let deleted = 0;
+        while (left > 0) {
+          const n = Math.min(o.batch, left);
+          const r = await run(this.pool, text, [ageMs, n]);
+          if (r.isErr()) return err(r.error);
+          const count = r.value.rowCount ?? 0;
+          deleted += count;
+          left -= count;
+          if (count < n) break;
+        }
+        return ok(deleted);
+      };
+      const archived = o.olderThan === undefined ? ok(0) : await sweep(this.#sql.pruneArchive, o.olderThan);
+      if (archived.isErr()) return err(archived.error);
+      const dead = o.deadOlderThan === undefined ? ok(0) : await sweep(this.#sql.pruneDead, o.deadOlderThan);
+      if (dead.isErr()) return err(dead.error);
+      return ok({ archived: archived.value, dead: dead.value });
+    };
+    return new ResultAsync(loop());
+  }
+
+  /**
+   * Puts dead jobs back to pending with their attempts reset (optionally only a task's or some ids).
+   * Returns the ids redriven. Of several dead jobs sharing a key, only the newest one chosen is
+   * redriven (one live job per key); the others stay dead, their `last_error` prefixed with
+   * "not redriven: job N with the same key was redriven". A dead job whose key is live again stays dead.
+   *
+   * @example
+   * const r = await queue.redrive({ task: 'email' });
+   */
+  redrive(options: RedriveOptions = {}): ResultAsync<string[], InvalidOptions | DatabaseFailure> {
+    const parsed = parseOptions(redriveOptionsSchema, options);
+    if (parsed.isErr()) return errAsync(parsed.error);
+    const o = parsed.value;
+    const params = [o.task ?? null, o.ids?.map(String) ?? null, o.limit];
+    // A concurrent enqueue or redrive took one of the keys after this statement's snapshot (23505), or
+    // two redrives noting each other's keys deadlocked (40P01): the statement changed nothing, so it
+    // runs again with a fresh snapshot, which sees that key live and leaves its dead jobs alone. Bounded.
+    const attempt = (left: number): ResultAsync<string[], DatabaseFailure> =>
+      run<{ id: string }>(this.pool, this.#sql.redrive, params)
+        .map((res) => res.rows.map((r) => String(r.id)))
+        .orElse((e) =>
+          left > 0 && (e.kind === 'UniqueViolation' || e.kind === 'DeadlockDetected')
+            ? attempt(left - 1)
+            : errAsync(e),
+        );
+    return attempt(REDRIVE_RACE_RETRIES).andThen((ids) =>
+      ids.length > 0 ? run(this.pool, this.#sql.notify, []).map(() => ids) : ok(ids),
+    );
+  }
+
+  /**
+   * Counts jobs by state, the oldest ready job's age and the jobs table's dead tuples: exact, and it
+   * reads every row of the jobs table (count(*) FILTER …) — cost grows with the backlog. For a
+   * dashboard or a metrics exporter use {@link Queue.metrics} (bounded cost).
+   *
+   * @example
+   * const s = await queue.stats();
+   * if (s.isOk()) console.log(s.value.pending, s.value.oldestReadyMs, s.value.deadTuples);
+   */
+  stats(): ResultAsync<QueueStats, DatabaseFailure> {
+    return run<StateCountsRow>(this.pool, this.#sql.stats, []).andThen((counts) =>
+      run<{ live: number; dead: number }>(this.pool, this.#sql.tableStats, [this.schema]).map((table) => {
+        const c = counts.rows[0];
+        const t = table.rows[0];
+        return {
+          pending: c?.pending ?? 0,
+          ready: c?.ready ?? 0,
+          running: c?.running ?? 0,
+          expired: c?.expired ?? 0,
+          dead: c?.dead ?? 0,
+          oldestReadyMs: Math.max(0, Math.round(c?.oldest_ready_ms ?? 0)),
+          deadTuples: t?.dead ?? 0,
+          liveTuples: t?.live ?? 0,
+        };
+      }),
+    );
+  }
+
+  /**
+   * The queue's health, cheap at any backlog (one statement, bounded cost; safe to poll from a
+   * dashboard): counts by state that are exact below `cap` (default 10 000) and a lower bound above it
+   * (`exact: false`), the oldest ready job's age (exact), and the jobs table's live and dead tuples and
+   * size from PostgreSQL's statistics (estimates). {@link Queue.stats} counts exactly, reading every row.
+   *
+   * @example
+   * const m = await queue.metrics();
+   * if (m.isOk()) console.log(m.value.ready.count, m.value.ready.exact ? '' : '+', m.value.oldestReadyMs);
+   */
+  metrics(options: MetricsOptions = {}): ResultAsync<QueueMetrics, InvalidOptions | DatabaseFailure> {
+    const parsed = parseOptions(metricsOptionsSchema, options);
+    if (parsed.isErr()) return errAsync(parsed.error);
+    return readQueueMetrics(this.pool, this.schema, parsed.value.cap);
+  }
+
+  /**
+   * Runs the fenced completion of one job on `db` (a transaction) and lets driver errors propagate
+   * unchanged, so the TxManager running the transaction can classify and retry them. Returns false
+   * when the lease was lost. Used by a handler's `ctx.transaction`.
+   *
+   * @example
+   * await tm.do(async (tx) => ((await queue.completeWithin(tx, job)) ? ok(1) : err(new LeaseLost(job.id))));
+   */
+  async completeWithin(db: Db, job: JobLease): Promise<boolean> {
+    const res = await (db as Queryable).query<{ ids: string[] }>(this.#sql.complete, [
+      [job.id],
+      [job.leaseToken],
+    ]);
+    return (res.rows[0]?.ids.length ?? 0) > 0;
+  }
+
+  /** The payload schema of a task (undefined if not registered). */
+  schemaOf(task: string): PayloadSchema | undefined {
+    return Object.hasOwn(this.#tasks, task) ? this.#tasks[task] : undefined;
+  }
+
+  /**
+   * Starts a worker running `handlers` (task name → async function). Returns at once; the worker
+   * runs until `stop()` or the `signal` aborts. See `WorkOptions` for concurrency, batching, LISTEN,
+   * timeouts and the graceful stop.
+   *
+   * @example
+   * const worker = queue.work({ email: async (job, { signal }) => send(job.payload, signal) }, { concurrency: 8 });
+   * process.on('SIGTERM', () => void worker.stop());
+   */
+  work(handlers: WorkHandlers<T>, options: WorkOptionsInput = {}): QueueWorker<T> {
+    return new QueueWorker(this, handlers, options);
+  }
+}
+
+/** Ends an enqueue's span when its statement settles (the result passes through unchanged). */
+function traced<T, E>(
+  send: QueueSend,
+  result: ResultAsync<T, E>,
+  ids: (value: T) => readonly string[],
+): ResultAsync<T, E> {
+  return result
+    .map((value) => {
+      send.end({ ids: ids(value) });
+      return value;
+    })
+    .mapErr((error) => {
+      send.end({ error });
+      return error;
+    });
+}

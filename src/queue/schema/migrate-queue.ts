@@ -1,0 +1,162 @@
+import { ResultAsync } from 'neverthrow';
+import pg from 'pg';
+import { advisoryKey } from '../../advisory/advisory-key.js';
+import { classify } from '../../errors/classify.js';
+import { DbError, type TxKitError } from '../../errors/errors.js';
+import { dbAttributes } from '../../observability/db-attributes.js';
+import { inSpan } from '../../observability/in-span.js';
+import { LogSink } from '../../observability/log-sink.js';
+import type { Logger } from '../../observability/logger.js';
+import type { OpenTelemetryApi } from '../../observability/otel-api.js';
+import { SpanKind } from '../../observability/span-kind.js';
+import { inClientTransaction } from '../in-client-transaction.js';
+import { claimByTidMigration } from './migrations/claim-by-tid-migration.js';
+import { claimFunctionMigration } from './migrations/claim-function-migration.js';
+import { claimTokenMigration } from './migrations/claim-token-migration.js';
+import { groupLimitsMigration } from './migrations/group-limits-migration.js';
+import { jobControlMigration } from './migrations/job-control-migration.js';
+import { jobsMigration } from './migrations/jobs-migration.js';
+import { leanClaimMigration } from './migrations/lean-claim-migration.js';
+import { rateClockMigration } from './migrations/rate-clock-migration.js';
+import { schedulesMigration } from './migrations/schedules-migration.js';
+import { takeOverFunctionMigration } from './migrations/take-over-function-migration.js';
+import { traceContextMigration } from './migrations/trace-context-migration.js';
+
+/** What `queue.migrate()` did. */
+export interface MigrateResult {
+  /** Versions applied by this call (empty when the schema was already up to date). */
+  readonly applied: readonly number[];
+  /** The schema's version after the call. */
+  readonly version: number;
+}
+
+/** Where `queue.migrate()` reports: the queue's logger and OpenTelemetry API. */
+export interface MigrateObservers {
+  readonly logger?: Logger | undefined;
+  readonly telemetry?: OpenTelemetryApi | undefined;
+}
+
+/** One numbered migration: its version, the name recorded in the migrations table and its SQL. */
+interface Migration {
+  readonly version: number;
+  readonly name: string;
+  readonly sql: string;
+}
+
+/**
+ * Every migration, in version order: string constants in the JavaScript, so a bundled consumer
+ * (esbuild, rolldown …) migrates without reading a file (they were `.sql` files read beside the module:
+ * ENOENT once bundled). Versions need not be contiguous: each one missing from the migrations table is
+ * applied, in this order (a schema at [1, 2, 6] gets 3, 4, 5 when they are added).
+ */
+const MIGRATIONS: readonly Migration[] = [
+  jobsMigration,
+  claimFunctionMigration,
+  groupLimitsMigration,
+  schedulesMigration,
+  traceContextMigration,
+  jobControlMigration,
+  leanClaimMigration,
+  claimTokenMigration,
+  claimByTidMigration,
+  takeOverFunctionMigration,
+  rateClockMigration,
+];
+
+/** Stable signed 64-bit advisory key for a schema's migrations (`advisoryKey`: sha-256, not hashtext). */
+export function migrationLockKey(schema: string): string {
+  return advisoryKey('pg-txkit.queue.migrate', schema).toString();
+}
+
+/** The NOTIFY channel of a queue schema (unquoted). */
+export function notifyChannel(schema: string): string {
+  return `${schema}_jobs`;
+}
+
+/**
+ * The NOTIFY channel carrying cancelled running jobs' ids (unquoted; a schema name of at most 41
+ * characters keeps it within PostgreSQL's 63-byte identifiers).
+ *
+ * @example
+ * cancelChannel('pgtxkit_queue'); // 'pgtxkit_queue_jobs_cancel'
+ */
+export function cancelChannel(schema: string): string {
+  return `${schema}_jobs_cancel`;
+}
+
+function toError(e: unknown): TxKitError {
+  return classify(e) ?? new DbError(undefined, e instanceof Error ? e.message : String(e), e);
+}
+
+/**
+ * Creates or upgrades a queue schema: applies the numbered migrations it has not applied yet,
+ * in one transaction, under `pg_advisory_xact_lock` on a key derived from the schema name. Two
+ * processes starting at once serialize on that lock: the second sees the first one's versions in the
+ * migrations table and applies nothing. The lock is transaction-scoped, so a crash or a dropped
+ * connection can never leave it held (a session lock outlived its connection in production).
+ *
+ * @example
+ * const result = await migrateQueue(pool, 'pgtxkit_queue');
+ * if (result.isOk()) console.log(result.value.applied); // [1] the first time, [] afterwards
+ */
+export function migrateQueue(
+  pool: pg.Pool,
+  schema: string,
+  observe: MigrateObservers = {},
+): ResultAsync<MigrateResult, TxKitError> {
+  const s = pg.escapeIdentifier(schema);
+  const channel = pg.escapeLiteral(notifyChannel(schema));
+  const run = (): Promise<MigrateResult> =>
+    inClientTransaction(pool, async (client) => {
+      // Transaction-scoped advisory lock: held until COMMIT/ROLLBACK, released by the server if the
+      // connection dies. It serializes concurrent migrate() calls for this schema only.
+      await client.query('SELECT pg_advisory_xact_lock($1::bigint)', [migrationLockKey(schema)]);
+      // DDL below takes ACCESS EXCLUSIVE on new objects only (nobody else can see them yet).
+      await client.query(`CREATE SCHEMA IF NOT EXISTS ${s}`);
+      await client.query(
+        `CREATE TABLE IF NOT EXISTS ${s}.migrations (
+           version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`,
+      );
+      // Plain read under the advisory lock: no other migrate() of this schema can be writing.
+      const done = await client.query<{ version: number }>(`SELECT version FROM ${s}.migrations`);
+      const have = new Set(done.rows.map((r) => r.version));
+      const applied: number[] = [];
+      for (const m of MIGRATIONS) {
+        if (have.has(m.version)) continue;
+        await client.query(m.sql.replaceAll('{{schema}}', s).replaceAll('{{channel}}', channel));
+        await client.query(`INSERT INTO ${s}.migrations (version, name) VALUES ($1, $2)`, [
+          m.version,
+          m.name,
+        ]);
+        applied.push(m.version);
+      }
+      const version = Math.max(0, ...have, ...applied);
+      return { applied, version };
+    });
+  const log = new LogSink(observe.logger, 'pg-txkit queue migrations');
+  const traced = inSpan(
+    observe.telemetry,
+    `migrate ${schema}`,
+    SpanKind.INTERNAL,
+    { ...dbAttributes(pool.options), 'db.operation.name': 'migrate', 'pg_txkit.queue.schema': schema },
+    run,
+    (result, span) => {
+      span.setAttribute('pg_txkit.migration.applied', result.applied.join(','));
+      span.setAttribute('pg_txkit.migration.version', result.version);
+    },
+  ).then(
+    (result) => {
+      if (result.applied.length > 0) {
+        log.info('applied', { schema, ...result }, `schema ${schema}: applied ${result.applied.join(', ')}`);
+      }
+      return result;
+    },
+    (error: unknown) => {
+      // The caller gets the Err: only a configured logger also hears of it (no console line).
+      if (observe.logger !== undefined)
+        log.error('failed', { err: error, schema }, `schema ${schema}: migration failed, nothing applied`);
+      throw error;
+    },
+  );
+  return ResultAsync.fromPromise(traced, toError);
+}
