@@ -31,9 +31,10 @@ export {
   type TakeNextOptions,
   type TaskMap,
 } from './queue.js';
-export type { MissedPolicy, ScheduleDefinition, StoredSchedule } from './schedules/schedule-options.js';
-export type { DeclaredSchedule, ScheduleFiring, SchedulePassResult } from './schedules/schedule-pass.js';
+export type { ScheduleDefinition } from './schedules/schedule-options.js';
+export type { ScheduleFiring, SchedulePassResult } from './schedules/schedule-pass.js';
 export { type FireSchedulesOptions, type ScheduleState, scheduledTick } from './schedules/schedule-state.js';
+export type { DeclaredSchedule, MissedPolicy, StoredSchedule } from './schedules/schedule-types.js';
 export type { MigrateResult } from './schema/migrate-queue.js';
 export type { BoundedCount, QueueMetrics } from './store/queue-health.js';
 export type {

@@ -45,12 +45,7 @@ import {
   takeNextOptionsSchema,
 } from './queue-options.js';
 import { declareSchedules, type ScheduleDefinition } from './schedules/schedule-options.js';
-import {
-  type DeclaredSchedule,
-  runSchedulePass,
-  type ScheduleContext,
-  type SchedulePassResult,
-} from './schedules/schedule-pass.js';
+import { runSchedulePass, type ScheduleContext, type SchedulePassResult } from './schedules/schedule-pass.js';
 import { scheduleStatements } from './schedules/schedule-sql.js';
 import {
   type FireSchedulesOptions,
@@ -58,6 +53,7 @@ import {
   type ScheduleState,
   scheduleStates,
 } from './schedules/schedule-state.js';
+import type { DeclaredSchedule } from './schedules/schedule-types.js';
 import { cancelChannel, type MigrateResult, migrateQueue, notifyChannel } from './schema/migrate-queue.js';
 import { storableJson } from './storable-json.js';
 import type {

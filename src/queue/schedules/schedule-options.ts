@@ -5,7 +5,7 @@ import { z } from 'zod/v4';
 import { InvalidOptions, type OptionIssue } from '../../errors/errors.js';
 import { type PayloadSchema, validatePayload } from '../payload-schema.js';
 import { durationSchema, parseOptions } from '../queue-options.js';
-import type { DeclaredSchedule } from './schedule-pass.js';
+import { type DeclaredSchedule, missedPolicySchema, type StoredSchedule } from './schedule-types.js';
 
 /** A schedule name: part of its jobs' keys (`schedule:<name>:<tick>`), so no ':' and no NUL. */
 export const scheduleNameSchema = z
@@ -42,16 +42,6 @@ function cronEnded(expression: string, timezone: string): string | undefined {
   if (new Cron(expression, { timezone, paused: true }).nextRun(now) !== null) return undefined;
   return `never fires again: no tick after ${now.toISOString()} (its year field is in the past)`;
 }
-
-/** What to do with ticks that passed while no replica was running (older than `grace`). */
-export const missedPolicySchema = z.union([
-  z.literal('skip'),
-  z.literal('once'),
-  z.strictObject({ catchUp: z.number().int().min(1).max(1000) }),
-]);
-
-/** What to do with missed ticks: 'skip' them, run 'once' for all of them, or catch up at most N. */
-export type MissedPolicy = z.output<typeof missedPolicySchema>;
 
 /**
  * One schedule as declared in code (`new Queue({ schedules: { name: definition } })`): a cron
@@ -107,28 +97,6 @@ export type ScheduleDefinition<K extends string = string> = Omit<
   z.input<typeof scheduleDefinitionSchema>,
   'task'
 > & { readonly task: K };
-
-/** A schedule definition after validation: what is stored in the database and hashed. */
-export interface StoredSchedule {
-  /** The task each tick enqueues. */
-  readonly task: string;
-  /** The payload of each tick's job (validated by the task's schema). */
-  readonly payload: unknown;
-  /** The cron expression, or null for an interval. */
-  readonly cron: string | null;
-  /** The time zone the cron expression is read in. */
-  readonly tz: string;
-  /** The interval in ms, or null for a cron expression. */
-  readonly every: number | null;
-  /** What to do with ticks missed while no replica ran. */
-  readonly missed: MissedPolicy;
-  /** How late (ms) a tick may still be fired as on time. */
-  readonly grace: number;
-  /** The priority of each tick's job. */
-  readonly priority: number;
-  /** The attempts of each tick's job, or null for the queue's default. */
-  readonly maxAttempts: number | null;
-}
 
 /** The normalized, storable form of a parsed definition (every field present, in a fixed order). */
 export function storedSchedule(

@@ -3,19 +3,10 @@ import type pg from 'pg';
 import { classify } from '../../errors/classify.js';
 import { type DatabaseFailure, ScheduleFailed } from '../../errors/errors.js';
 import { inClientTransaction } from '../in-client-transaction.js';
-import { parseStoredSchedule, type StoredSchedule } from './schedule-options.js';
+import { parseStoredSchedule } from './schedule-options.js';
 import type { ScheduleRow, ScheduleStatements } from './schedule-sql.js';
 import { type DueTicks, dueTicks, nextTick } from './schedule-ticks.js';
-
-/** A schedule this process declares: its name, its definition and the definition's hash. */
-export interface DeclaredSchedule {
-  /** The schedule's name (its key in `schedules`). */
-  readonly name: string;
-  /** sha-256 of the definition's canonical JSON: two deploys of the same definition agree. */
-  readonly hash: string;
-  /** The definition, normalized as it is stored. */
-  readonly definition: StoredSchedule;
-}
+import type { DeclaredSchedule, StoredSchedule } from './schedule-types.js';
 
 /** What a schedule pass needs from its queue. */
 export interface ScheduleContext {

@@ -4,8 +4,9 @@ import { z } from 'zod/v4';
 import { classify } from '../../errors/classify.js';
 import type { DatabaseFailure } from '../../errors/errors.js';
 import { livenessSchema } from '../queue-options.js';
-import { parseStoredSchedule, type StoredSchedule } from './schedule-options.js';
+import { parseStoredSchedule } from './schedule-options.js';
 import type { ScheduleRow, ScheduleStatements } from './schedule-sql.js';
+import type { StoredSchedule } from './schedule-types.js';
 
 /** Options of `queue.fireSchedules()`. */
 export const fireSchedulesOptionsSchema = z.strictObject({

@@ -1,5 +1,5 @@
 import { Cron } from 'croner';
-import type { StoredSchedule } from './schedule-options.js';
+import type { StoredSchedule } from './schedule-types.js';
 
 /**
  * Ticks of one schedule fired by one pass at most: the jobs of a pass are inserted in its transaction, and
