@@ -1,7 +1,6 @@
-import { err, errAsync, ok, okAsync, type Result, ResultAsync } from 'neverthrow';
+import { err, errAsync, ok, type Result, ResultAsync } from 'neverthrow';
 import type pg from 'pg';
 import type { z } from 'zod/v4';
-import { classify } from '../errors/classify.js';
 import {
   type DatabaseFailure,
   InvalidOptions,
@@ -14,20 +13,10 @@ import type { Logger } from '../observability/logger.js';
 import { resolveOpenTelemetry } from '../observability/otel-api.js';
 import { type QueueSend, QueueTelemetry } from '../observability/queue-telemetry.js';
 import { guardClientErrors } from '../tx/guard-client-errors.js';
-import type { Db, Queryable } from '../tx/types.js';
+import type { Db } from '../tx/types.js';
 import { errorText } from './error-text.js';
 import { limitsDeclaration, ratesDeclared } from './group-limits.js';
-import {
-  type ClaimedLease,
-  type ClaimedRow,
-  type EnqueuedJob,
-  type Job,
-  type JobLease,
-  type JobState,
-  jobsFromClaim,
-  type LimitedClaimedRow,
-  RAW_TEXT,
-} from './job.js';
+import type { ClaimedLease, EnqueuedJob, Job, JobLease, JobState } from './job.js';
 import { type PayloadInput, type PayloadSchema, validatePayload } from './payload-schema.js';
 import { progressJson } from './progress-json.js';
 import {
@@ -56,6 +45,7 @@ import {
 import type { DeclaredSchedule } from './schedules/schedule-types.js';
 import { cancelChannel, type MigrateResult, migrateQueue, notifyChannel } from './schema/migrate-queue.js';
 import { storableJson } from './storable-json.js';
+import { JobStatements } from './store/job-statements.js';
 import type {
   ClaimedBatch,
   CompleteAndTakeNextResult,
@@ -69,7 +59,8 @@ import type {
 } from './store/job-store.js';
 import { type QueueMetrics, readQueueMetrics, type StateCountsRow } from './store/queue-health.js';
 import { type QueueStatements, queueStatements } from './store/queue-sql.js';
-import { invalidLease, isJobId, leaseArrays, splitLeases } from './store/split-leases.js';
+import { runStatement } from './store/run-statement.js';
+import { invalidLease, isJobId } from './store/split-leases.js';
 import type { WorkHandlers, WorkOptionsInput } from './worker/work-options.js';
 import { QueueWorker } from './worker/worker.js';
 
@@ -224,56 +215,6 @@ export interface QueueStats {
   readonly liveTuples: number;
 }
 
-/** Maps a driver error to the taxonomy; anything that is not a database failure is a defect: rethrown. */
-function dbError(e: unknown): DatabaseFailure {
-  const failure = classify(e);
-  if (failure === undefined) throw e;
-  return failure as DatabaseFailure;
-}
-
-function run<R extends pg.QueryResultRow>(
-  db: Db,
-  text: string,
-  values: readonly unknown[],
-): ResultAsync<pg.QueryResult<R>, DatabaseFailure> {
-  return ResultAsync.fromPromise((db as Queryable).query<R>(text, values), dbError);
-}
-
-/**
- * As {@link run}, with the rows as arrays of the server's text (`rowMode: 'array'`, {@link RAW_TEXT}):
- * the caller converts the values itself (the claim's {@link jobsFromClaim}).
- */
-function runTuples<R extends unknown[]>(
-  pool: pg.Pool,
-  text: string,
-  values: readonly unknown[],
-): ResultAsync<pg.QueryArrayResult<R>, DatabaseFailure> {
-  const query = pool.query<R>({ text, values: [...values], rowMode: 'array', types: RAW_TEXT });
-  return ResultAsync.fromPromise(query, dbError);
-}
-
-/** ',' */
-const COMMA = 44;
-/**
- * The outcome of a worker's completion of `jobs`, from the statement's completed ids as one array literal
- * of digits ('{1,2,3}'): when it holds as many ids as were sent (the usual case), all of them were
- * completed, and it need not be parsed.
- */
-function completedOf(jobs: readonly ClaimedLease[], ids = '{}'): CompleteManyResult {
-  let count = ids === '{}' ? 0 : 1;
-  for (let i = 0; i < ids.length; i++) if (ids.charCodeAt(i) === COMMA) count++;
-  if (count === jobs.length) return { completed: jobs.map((j) => j.id), lost: [], invalid: [] };
-  return { ...partitionCompleted(jobs, new Set(ids.slice(1, -1).split(','))), invalid: [] };
-}
-
-/** Splits a completion's jobs into those completed (ids in `done`) and those whose lease was lost. */
-function partitionCompleted(jobs: readonly JobLease[], done: ReadonlySet<string>) {
-  const completed: string[] = [];
-  const lost: string[] = [];
-  for (const j of jobs) (done.has(j.id) ? completed : lost).push(j.id);
-  return { completed, lost };
-}
-
 const ENQUEUE_RACE_RETRIES = 5;
 const REDRIVE_RACE_RETRIES = 5;
 
@@ -336,8 +277,8 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
   readonly #schedules: ScheduleContext;
   /** Task → capabilities a worker needs to claim it (`requires`). */
   readonly requires: Readonly<Record<string, readonly string[]>>;
-  /** The declared group and task limits (jsonb for the limited claim), or undefined: the plain claim. */
-  readonly #limits: string | undefined;
+  /** The claim, settle, lease, reap and progress statements (what the worker's parts run). */
+  readonly #jobs: JobStatements;
 
   /**
    * Creates a queue handle (sends nothing to the database; call {@link Queue.migrate} once at start-up).
@@ -380,10 +321,17 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
       );
     }
     this.requires = Object.freeze({ ...o.requires });
-    this.#limits = limitsDeclaration(o.groups, o.taskRates);
-    this.limited = this.#limits !== undefined;
+    // The declared group and task limits (jsonb for the limited claim), or undefined: the plain claim.
+    const limits = limitsDeclaration(o.groups, o.taskRates);
+    this.limited = limits !== undefined;
     this.rated = ratesDeclared(o.groups, o.taskRates);
     this.takesOver = this.limited && !this.rated;
+    this.#jobs = new JobStatements({
+      pool: o.pool,
+      sql: this.#sql,
+      limits,
+      takesOver: this.takesOver,
+    });
     const declared = declareSchedules(options.schedules, options.tasks);
     if (declared.isErr()) throw declared.error;
     this.#schedules = {
@@ -508,7 +456,7 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
       created: boolean;
     };
     const attempt = (left: number): ResultAsync<EnqueuedJob, EnqueueError> =>
-      run<Row>(db, this.#sql.enqueue, params).andThen((res) => {
+      runStatement<Row>(db, this.#sql.enqueue, params).andThen((res) => {
         const row = res.rows[0];
         if (row === undefined) {
           // The keyed job that blocked the insert committed after this statement's snapshot (or ended
@@ -583,7 +531,7 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
     if (values.length === 0) return ResultAsync.fromSafePromise(Promise.resolve({ ids: [], skipped: 0 }));
     const backoff = o.backoff ?? this.#backoff;
     const send = this.telemetry.send(task, values.length);
-    const inserted = run<{ id: string }>(db, this.#sql.enqueueMany, [
+    const inserted = runStatement<{ id: string }>(db, this.#sql.enqueueMany, [
       task,
       values,
       o.priority,
@@ -624,21 +572,10 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
     const parsed = parseOptions(claimOptionsSchema, options);
     if (parsed.isErr()) return errAsync(parsed.error);
     const o = parsed.value;
-    const params = [o.batch, o.lease ?? this.leaseMs, o.tasks ?? this.taskNames];
-    if (this.#limits === undefined) {
-      return runTuples<ClaimedRow>(this.pool, this.#sql.claim, params).map((res) => ({
-        jobs: jobsFromClaim(res.rows[0]),
-        waitMs: undefined,
-      }));
-    }
-    const limited = [...params, this.#limits];
-    return runTuples<LimitedClaimedRow>(this.pool, this.#sql.claimLimited, limited).map((res) => {
-      const row = res.rows[0];
-      const wait = row?.[4];
-      return {
-        jobs: jobsFromClaim(row),
-        waitMs: wait === null || wait === undefined ? undefined : Number(wait),
-      };
+    return this.#jobs.claimBatch({
+      batch: o.batch,
+      lease: o.lease ?? this.leaseMs,
+      tasks: o.tasks ?? this.taskNames,
     });
   }
 
@@ -672,12 +609,7 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
     jobs: readonly JobLease[],
     db: Db = this.pool,
   ): ResultAsync<CompleteManyResult, DatabaseFailure> {
-    const { valid, invalid } = splitLeases(jobs, (j) => j);
-    if (valid.length === 0) return okAsync({ completed: [], lost: [], invalid });
-    return run<{ ids: string[] }>(db, this.#sql.complete, leaseArrays(valid)).map((res) => ({
-      ...partitionCompleted(valid, new Set(res.rows[0]?.ids)),
-      invalid,
-    }));
+    return this.#jobs.completeMany(jobs, db);
   }
 
   /**
@@ -690,13 +622,7 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
    * if (jobs.isOk()) await queue.completeClaimed(jobs.value);
    */
   completeClaimed(jobs: readonly ClaimedLease[]): ResultAsync<CompleteManyResult, DatabaseFailure> {
-    if (jobs.length === 0) return okAsync({ completed: [], lost: [], invalid: [] });
-    let grouped = false;
-    for (let i = 0; i < jobs.length && !grouped; i++) grouped = (jobs[i] as ClaimedLease).group !== null;
-    const text = grouped ? this.#sql.complete : this.#sql.completeUngrouped;
-    return runTuples<[string]>(this.pool, text, leaseArrays(jobs)).map((res) =>
-      completedOf(jobs, res.rows[0]?.[0]),
-    );
+    return this.#jobs.completeClaimed(jobs);
   }
 
   /**
@@ -730,25 +656,12 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
   ): ResultAsync<CompleteAndTakeNextResult, InvalidOptions | DatabaseFailure> {
     const parsed = parseOptions(takeNextOptionsSchema, options);
     if (parsed.isErr()) return errAsync(parsed.error);
-    let grouped = false;
-    for (let i = 0; i < jobs.length && !grouped; i++) grouped = (jobs[i] as ClaimedLease).group !== null;
     const o = parsed.value;
-    if (!this.takesOver || !grouped || o.max === 0)
-      return this.completeClaimed(jobs).map((r) => ({ ...r, next: [] }));
-    const values = [
-      ...leaseArrays(jobs),
-      o.lease ?? this.leaseMs,
-      o.tasks ?? this.taskNames,
-      this.#limits,
-      o.max ?? jobs.length,
-    ];
-    return runTuples<[string, string, ...ClaimedRow]>(this.pool, this.#sql.completeTakeNext, values).map(
-      (res) => {
-        const row = res.rows[0];
-        const next = row === undefined ? [] : jobsFromClaim([row[2], row[3], row[4], row[5]]);
-        return { ...completedOf(jobs, row?.[0]), next };
-      },
-    );
+    return this.#jobs.completeAndTakeNext(jobs, {
+      lease: o.lease ?? this.leaseMs,
+      tasks: o.tasks ?? this.taskNames,
+      max: o.max ?? jobs.length,
+    });
   }
 
   /**
@@ -781,18 +694,7 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
    * const r = await queue.failMany([{ job, error: 'timeout' }]);
    */
   failMany(all: readonly FailItem[]): ResultAsync<Map<string, FailResult>, DatabaseFailure> {
-    const items = splitLeases(all, (i) => i.job).valid;
-    if (items.length === 0) return okAsync(new Map());
-    return run<{ id: string; state: 'pending' | 'dead'; run_at: Date }>(this.pool, this.#sql.fail, [
-      items.map((i) => i.job.id),
-      items.map((i) => i.job.leaseToken),
-      // NUL (U+0000) cannot be stored in text: an error message holding one (binary protocols…) made
-      // the whole fail statement fail with 22021, so the job stayed running until its lease expired
-      // (found by test/property/fuzz-queue). Replaced by U+FFFD.
-      items.map((i) => i.error.slice(0, 10_000).replaceAll('\u0000', '\ufffd')),
-      items.map((i) => i.retryInMs ?? null),
-      items.map((i) => i.final === true),
-    ]).map((res) => new Map(res.rows.map((r) => [String(r.id), { state: r.state, runAt: r.run_at }])));
+    return this.#jobs.failMany(all);
   }
 
   /**
@@ -825,13 +727,7 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
     // As an object, so the issue's path names the lease.
     const parsed = parseOptions(claimOptionsSchema.pick({ lease: true }), { lease });
     if (parsed.isErr()) return errAsync(parsed.error);
-    const valid = splitLeases(jobs, (j) => j).valid;
-    if (valid.length === 0) return okAsync(new Map());
-    return run<{ id: string; lease_expires_at: Date }>(this.pool, this.#sql.extend, [
-      valid.map((j) => j.id),
-      valid.map((j) => j.leaseToken),
-      parsed.value.lease ?? this.leaseMs,
-    ]).map((res) => new Map(res.rows.map((r) => [String(r.id), r.lease_expires_at])));
+    return this.#jobs.extendMany(jobs, parsed.value.lease ?? this.leaseMs);
   }
 
   /**
@@ -842,14 +738,7 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
    * await queue.release(jobs);
    */
   release(all: readonly JobLease[]): ResultAsync<string[], DatabaseFailure> {
-    const jobs = splitLeases(all, (j) => j).valid;
-    if (jobs.length === 0) return okAsync([]);
-    return run<{ id: string }>(this.pool, this.#sql.release, [
-      jobs.map((j) => j.id),
-      jobs.map((j) => j.leaseToken),
-    ])
-      .map((res) => res.rows.map((r) => String(r.id)))
-      .andThen((ids) => run(this.pool, this.#sql.notify, []).map(() => ids));
+    return this.#jobs.release(all);
   }
 
   /**
@@ -864,19 +753,7 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
   reap(options: ReapOptions = {}): ResultAsync<ReapResult, InvalidOptions | DatabaseFailure> {
     const parsed = parseOptions(reapOptionsSchema, options);
     if (parsed.isErr()) return errAsync(parsed.error);
-    const o = parsed.value;
-    const loop = async (): Promise<Result<ReapResult, DatabaseFailure>> => {
-      let requeued = 0;
-      let dead = 0;
-      for (let i = 0; i < o.maxBatches; i++) {
-        const r = await run<{ id: string; state: string }>(this.pool, this.#sql.reap, [o.batch]);
-        if (r.isErr()) return err(r.error);
-        for (const row of r.value.rows) row.state === 'dead' ? dead++ : requeued++;
-        if (r.value.rows.length < o.batch) break;
-      }
-      return ok({ requeued, dead });
-    };
-    return new ResultAsync(loop());
+    return this.#jobs.reap(parsed.value);
   }
 
   /**
@@ -898,12 +775,14 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
   cancel(id: string | number): ResultAsync<CancelResult, NotFound | DatabaseFailure> {
     // An id that cannot be a job id (not a decimal, or beyond bigint: a raw 22003 before) names no job.
     if (!isJobId(id)) return errAsync(new NotFound(`${this.schema}.jobs`, [id]));
-    return run<{ id: string; state: JobState }>(this.pool, this.#sql.cancel, [String(id)]).andThen((res) => {
-      const row = res.rows[0];
-      return row === undefined
-        ? err(new NotFound(`${this.schema}.jobs`, [id]))
-        : ok({ id: row.id, state: row.state });
-    });
+    return runStatement<{ id: string; state: JobState }>(this.pool, this.#sql.cancel, [String(id)]).andThen(
+      (res) => {
+        const row = res.rows[0];
+        return row === undefined
+          ? err(new NotFound(`${this.schema}.jobs`, [id]))
+          : ok({ id: row.id, state: row.state });
+      },
+    );
   }
 
   /**
@@ -932,7 +811,7 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
       lease_expires_at: Date | null;
       finished_at: Date | null;
     };
-    return run<Row>(this.pool, this.#sql.job, [String(id)]).andThen((res) => {
+    return runStatement<Row>(this.pool, this.#sql.job, [String(id)]).andThen((res) => {
       const r = res.rows[0];
       if (r === undefined) return err(new NotFound(`${this.schema}.jobs`, [id]));
       return ok({
@@ -981,9 +860,7 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
    * if (json.isOk()) await queue.writeProgress(job, json.value);
    */
   writeProgress(job: JobLease, json: string): ResultAsync<void, SettleError> {
-    return run(this.pool, this.#sql.progress, [job.id, job.leaseToken, json]).andThen((res) =>
-      res.rowCount === 0 ? err(new LeaseLost(job.id)) : ok(undefined),
-    );
+    return this.#jobs.writeProgress(job, json);
   }
 
   /**
@@ -1007,7 +884,7 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
         let deleted = 0;
         while (left > 0) {
           const n = Math.min(o.batch, left);
-          const r = await run(this.pool, text, [ageMs, n]);
+          const r = await runStatement(this.pool, text, [ageMs, n]);
           if (r.isErr()) return err(r.error);
           const count = r.value.rowCount ?? 0;
           deleted += count;
@@ -1043,7 +920,7 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
     // two redrives noting each other's keys deadlocked (40P01): the statement changed nothing, so it
     // runs again with a fresh snapshot, which sees that key live and leaves its dead jobs alone. Bounded.
     const attempt = (left: number): ResultAsync<string[], DatabaseFailure> =>
-      run<{ id: string }>(this.pool, this.#sql.redrive, params)
+      runStatement<{ id: string }>(this.pool, this.#sql.redrive, params)
         .map((res) => res.rows.map((r) => String(r.id)))
         .orElse((e) =>
           left > 0 && (e.kind === 'UniqueViolation' || e.kind === 'DeadlockDetected')
@@ -1051,7 +928,7 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
             : errAsync(e),
         );
     return attempt(REDRIVE_RACE_RETRIES).andThen((ids) =>
-      ids.length > 0 ? run(this.pool, this.#sql.notify, []).map(() => ids) : ok(ids),
+      ids.length > 0 ? runStatement(this.pool, this.#sql.notify, []).map(() => ids) : ok(ids),
     );
   }
 
@@ -1065,21 +942,23 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
    * if (s.isOk()) console.log(s.value.pending, s.value.oldestReadyMs, s.value.deadTuples);
    */
   stats(): ResultAsync<QueueStats, DatabaseFailure> {
-    return run<StateCountsRow>(this.pool, this.#sql.stats, []).andThen((counts) =>
-      run<{ live: number; dead: number }>(this.pool, this.#sql.tableStats, [this.schema]).map((table) => {
-        const c = counts.rows[0];
-        const t = table.rows[0];
-        return {
-          pending: c?.pending ?? 0,
-          ready: c?.ready ?? 0,
-          running: c?.running ?? 0,
-          expired: c?.expired ?? 0,
-          dead: c?.dead ?? 0,
-          oldestReadyMs: Math.max(0, Math.round(c?.oldest_ready_ms ?? 0)),
-          deadTuples: t?.dead ?? 0,
-          liveTuples: t?.live ?? 0,
-        };
-      }),
+    return runStatement<StateCountsRow>(this.pool, this.#sql.stats, []).andThen((counts) =>
+      runStatement<{ live: number; dead: number }>(this.pool, this.#sql.tableStats, [this.schema]).map(
+        (table) => {
+          const c = counts.rows[0];
+          const t = table.rows[0];
+          return {
+            pending: c?.pending ?? 0,
+            ready: c?.ready ?? 0,
+            running: c?.running ?? 0,
+            expired: c?.expired ?? 0,
+            dead: c?.dead ?? 0,
+            oldestReadyMs: Math.max(0, Math.round(c?.oldest_ready_ms ?? 0)),
+            deadTuples: t?.dead ?? 0,
+            liveTuples: t?.live ?? 0,
+          };
+        },
+      ),
     );
   }
 
@@ -1107,12 +986,8 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
    * @example
    * await tm.do(async (tx) => ((await queue.completeWithin(tx, job)) ? ok(1) : err(new LeaseLost(job.id))));
    */
-  async completeWithin(db: Db, job: JobLease): Promise<boolean> {
-    const res = await (db as Queryable).query<{ ids: string[] }>(this.#sql.complete, [
-      [job.id],
-      [job.leaseToken],
-    ]);
-    return (res.rows[0]?.ids.length ?? 0) > 0;
+  completeWithin(db: Db, job: JobLease): Promise<boolean> {
+    return this.#jobs.completeWithin(db, job);
   }
 
   /** The payload schema of a task (undefined if not registered). */

@@ -82,18 +82,59 @@ export interface ReapResult {
   readonly dead: number;
 }
 
-/**
- * What a worker and its settle batcher need from the queue: fenced claims and settles, the reaper,
- * the completion inside a handler's transaction, and where to LISTEN. `Queue` implements it; the worker
- * depends on this interface only (as River's completer depends on an executor), so the path of a job
- * reads top-down — enqueue (Queue) → claim (worker's loop) → handler (HandlerRunner) → settle
- * (SettleBatcher) — without an import cycle back to the queue.
- *
- * @example
- * const store: JobStore = queue;
- * const jobs = await store.claim({ batch: 10, lease: 30_000, tasks: ['email'] });
- */
-export interface JobStore {
+/** Claims jobs: what a worker's job supply takes. */
+export interface ClaimStore {
+  /** Claims up to `batch` runnable jobs of `tasks` in one statement, each with a fresh lease (and the rate limits' wait hint). */
+  claimBatch(options: {
+    batch: number;
+    lease: number;
+    tasks: string[];
+  }): ResultAsync<ClaimedBatch, InvalidOptions | DatabaseFailure>;
+}
+
+/** Settles jobs: what the settle batcher and a handler's transaction take. */
+export interface SettleStore {
+  /** As completeMany, for jobs this store's own claim returned (their leases are not checked again). */
+  completeClaimed(jobs: readonly ClaimedLease[]): ResultAsync<CompleteManyResult, DatabaseFailure>;
+  /**
+   * As completeClaimed, and takes over the group slots it frees: the groups' next ready jobs of `tasks`,
+   * leased for `lease` ms, at most `max` (none when the queue's limits are not concurrency only).
+   */
+  completeAndTakeNext(
+    jobs: readonly ClaimedLease[],
+    options: { lease: number; tasks: string[]; max: number },
+  ): ResultAsync<CompleteAndTakeNextResult, InvalidOptions | DatabaseFailure>;
+  /** Records many failed attempts in one fenced statement. */
+  failMany(items: readonly FailItem[]): ResultAsync<Map<string, FailResult>, DatabaseFailure>;
+  /** The fenced completion of `job` on `db` (a transaction); driver errors propagate. */
+  completeWithin(db: Db, job: JobLease): Promise<boolean>;
+}
+
+/** Holds and gives back leases: the heartbeat and a stopping worker. */
+export interface LeaseStore {
+  /** Extends many leases in one fenced statement (heartbeat). */
+  extendMany(
+    jobs: readonly JobLease[],
+    lease: number,
+  ): ResultAsync<Map<string, Date>, InvalidOptions | DatabaseFailure>;
+  /** Gives running jobs back without charging the attempt. */
+  release(jobs: readonly JobLease[]): ResultAsync<string[], DatabaseFailure>;
+}
+
+/** Returns expired leases: the reaper. */
+export interface ReapStore {
+  /** Returns expired leases to pending (or dead). */
+  reap(): ResultAsync<ReapResult, InvalidOptions | DatabaseFailure>;
+}
+
+/** Stores a running job's progress: a handler's `ctx.progress`. */
+export interface ProgressStore {
+  /** Stores a running job's progress (JSON text from `progressJson`), fenced by the lease token. */
+  writeProgress(job: JobLease, json: string): ResultAsync<void, LeaseLost | InvalidOptions | DatabaseFailure>;
+}
+
+/** What a worker reads from its queue: where to LISTEN, its defaults and limits, logger and telemetry. */
+export interface QueueSettings {
   /** The queue's `logger` option (the workers' log lines), if given. */
   readonly logger: Logger | undefined;
   /** Spans and counters of enqueues and job runs (no-op without OpenTelemetry). */
@@ -127,51 +168,16 @@ export interface JobStore {
   readonly pool: PoolCounters;
   /** Runs a handler's transaction together with its job's fenced completion. */
   readonly txManager: QueueTxManager;
-  /** Claims up to `batch` runnable jobs of `tasks` in one statement, each with a fresh lease. */
-  claim(options: {
-    batch: number;
-    lease: number;
-    tasks: string[];
-  }): ResultAsync<Job[], InvalidOptions | DatabaseFailure>;
-  /** As `claim`, with the rate limits' wait hint (see {@link ClaimedBatch}). */
-  claimBatch(options: {
-    batch: number;
-    lease: number;
-    tasks: string[];
-  }): ResultAsync<ClaimedBatch, InvalidOptions | DatabaseFailure>;
-  /** Completes many jobs in one fenced statement. */
-  completeMany(jobs: readonly JobLease[]): ResultAsync<CompleteManyResult, DatabaseFailure>;
-  /** As completeMany, for jobs this store's own claim returned (their leases are not checked again). */
-  completeClaimed(jobs: readonly ClaimedLease[]): ResultAsync<CompleteManyResult, DatabaseFailure>;
-  /**
-   * As completeClaimed, and takes over the group slots it frees: the groups' next ready jobs of `tasks`,
-   * leased for `lease` ms, at most `max` (none when the queue's limits are not concurrency only).
-   */
-  completeAndTakeNext(
-    jobs: readonly ClaimedLease[],
-    options: { lease: number; tasks: string[]; max: number },
-  ): ResultAsync<CompleteAndTakeNextResult, InvalidOptions | DatabaseFailure>;
-  /** Records many failed attempts in one fenced statement. */
-  failMany(items: readonly FailItem[]): ResultAsync<Map<string, FailResult>, DatabaseFailure>;
-  /** Extends many leases in one fenced statement (heartbeat). */
-  extendMany(
-    jobs: readonly JobLease[],
-    lease: number,
-  ): ResultAsync<Map<string, Date>, InvalidOptions | DatabaseFailure>;
-  /** Gives running jobs back without charging the attempt. */
-  release(jobs: readonly JobLease[]): ResultAsync<string[], DatabaseFailure>;
-  /** The queue's health (bounded-cost counts, oldest ready age, table statistics). */
-  metrics(): ResultAsync<QueueMetrics, InvalidOptions | DatabaseFailure>;
-  /** Returns expired leases to pending (or dead). */
-  reap(): ResultAsync<ReapResult, InvalidOptions | DatabaseFailure>;
-  /** Stores a running job's progress (JSON text from `progressJson`), fenced by the lease token. */
-  writeProgress(job: JobLease, json: string): ResultAsync<void, LeaseLost | InvalidOptions | DatabaseFailure>;
-  /** Deletes archived (and dead) jobs older than the retention, in bounded batches. */
-  prune(options: PruneInput): ResultAsync<unknown, InvalidOptions | DatabaseFailure>;
-  /** The fenced completion of `job` on `db` (a transaction); driver errors propagate. */
-  completeWithin(db: Db, job: JobLease): Promise<boolean>;
   /** Task → capabilities a worker needs to claim it. */
   readonly requires: Readonly<Record<string, readonly string[]>>;
+}
+
+/** The queue's upkeep that workers run on timers: health gauges, retention, the scheduler. */
+export interface QueueUpkeep {
+  /** The queue's health (bounded-cost counts, oldest ready age, table statistics). */
+  metrics(): ResultAsync<QueueMetrics, InvalidOptions | DatabaseFailure>;
+  /** Deletes archived (and dead) jobs older than the retention, in bounded batches. */
+  prune(options: PruneInput): ResultAsync<unknown, InvalidOptions | DatabaseFailure>;
   /** The schedules this process declares. */
   readonly declaredSchedules: readonly unknown[];
   /** One scheduler pass. */
@@ -180,3 +186,24 @@ export interface JobStore {
     liveness: number;
   }): ResultAsync<SchedulePassResult, InvalidOptions | DatabaseFailure>;
 }
+
+/**
+ * What `new QueueWorker(store, …)` is given (the public `Queue` is one): the narrow stores and the
+ * queue's settings and upkeep. The worker hands each of its parts only the store it needs — the job
+ * supply a {@link ClaimStore}, the settle batcher a {@link SettleStore}, the handler runner a
+ * {@link SettleStore}, {@link LeaseStore} and {@link ProgressStore}, the reaper a {@link ReapStore} — as
+ * River's completer takes an executor, so the path of a job reads top-down (enqueue → claim → handler →
+ * settle) without an import back to the queue.
+ *
+ * @example
+ * const store: JobStore = queue;
+ * const batch = await store.claimBatch({ batch: 10, lease: 30_000, tasks: ['email'] });
+ */
+export interface JobStore
+  extends ClaimStore,
+    SettleStore,
+    LeaseStore,
+    ReapStore,
+    ProgressStore,
+    QueueSettings,
+    QueueUpkeep {}

@@ -1,5 +1,5 @@
 import type { GaugeReading } from '../../observability/queue-telemetry.js';
-import type { JobStore } from '../store/job-store.js';
+import type { QueueUpkeep } from '../store/job-store.js';
 
 /**
  * The queue's gauges for OpenTelemetry, from one `metrics()` statement; undefined when it failed
@@ -8,7 +8,7 @@ import type { JobStore } from '../store/job-store.js';
  * @example
  * const reading = await gaugeReading(queue);
  */
-export async function gaugeReading(store: JobStore): Promise<GaugeReading | undefined> {
+export async function gaugeReading(store: Pick<QueueUpkeep, 'metrics'>): Promise<GaugeReading | undefined> {
   const m = await store.metrics();
   if (m.isErr()) return undefined;
   const { pending, ready, running, expired, dead, oldestReadyMs, table } = m.value;

@@ -14,10 +14,25 @@ import type { Tx } from '../../tx/types.js';
 import { errorText } from '../error-text.js';
 import type { Job } from '../job.js';
 import { progressJson } from '../progress-json.js';
-import type { FailResult, JobStore } from '../store/job-store.js';
+import type {
+  FailResult,
+  LeaseStore,
+  ProgressStore,
+  QueueSettings,
+  SettleStore,
+} from '../store/job-store.js';
 import { ProgressWriter } from './progress-writer.js';
 import type { SettleBatcher, SettleOutcome } from './settle-batcher.js';
 import type { JobContext, JobHandler, JobOutcome, WorkerHooks, WorkerPhase } from './work-options.js';
+
+/**
+ * What the handler runner takes from the queue: the settles (a handler's `ctx.transaction` completes its
+ * job in it), the heartbeat's lease store, progress, and the pool, TxManager and telemetry.
+ */
+export type RunnerStore = Pick<SettleStore, 'completeWithin'> &
+  Pick<LeaseStore, 'extendMany'> &
+  ProgressStore &
+  Pick<QueueSettings, 'pool' | 'txManager' | 'telemetry'>;
 
 /** Thrown into a handler's signal when it runs past `handlerTimeout`. */
 export class HandlerTimeoutError extends Error {
@@ -100,13 +115,13 @@ export interface HandlerRunnerOptions {
  */
 class RunContext implements JobContext {
   readonly #running: Running;
-  readonly #store: JobStore;
+  readonly #store: RunnerStore;
   readonly #progressIntervalMs: number;
   readonly #onLost: (running: Running) => void;
 
   constructor(
     running: Running,
-    store: JobStore,
+    store: RunnerStore,
     progressIntervalMs: number,
     onLost: (running: Running) => void,
   ) {
@@ -190,7 +205,7 @@ class RunContext implements JobContext {
  * runner.start(job, Date.now());
  */
 export class HandlerRunner {
-  readonly #store: JobStore;
+  readonly #store: RunnerStore;
   readonly #batcher: SettleBatcher<Running>;
   readonly #o: HandlerRunnerOptions;
   readonly #events: HandlerRunnerEvents;
@@ -202,7 +217,7 @@ export class HandlerRunner {
   readonly #toStart: Running[] = [];
 
   constructor(
-    store: JobStore,
+    store: RunnerStore,
     batcher: SettleBatcher<Running>,
     options: HandlerRunnerOptions,
     events: HandlerRunnerEvents,

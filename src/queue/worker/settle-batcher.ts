@@ -1,7 +1,7 @@
 import { err, ok, type Result } from 'neverthrow';
 import { type DatabaseFailure, DbError, LeaseLost } from '../../errors/errors.js';
 import type { ClaimedLease, Job } from '../job.js';
-import type { CompleteManyResult, FailItem, FailResult, JobStore } from '../store/job-store.js';
+import type { CompleteManyResult, FailItem, FailResult, SettleStore } from '../store/job-store.js';
 
 /** Outcome of one settle: the job's fate, or why it could not be settled. */
 export type SettleOutcome<V> = Result<V, LeaseLost | DatabaseFailure>;
@@ -66,7 +66,7 @@ export interface SettleBatcherOptions {
  * await batcher.flush();
  */
 export class SettleBatcher<C> {
-  readonly #store: Pick<JobStore, 'completeClaimed' | 'completeAndTakeNext' | 'failMany'>;
+  readonly #store: Pick<SettleStore, 'completeClaimed' | 'completeAndTakeNext' | 'failMany'>;
   readonly #options: SettleBatcherOptions;
   #completions: Waiting<ClaimedLease, 'completed', C>[] = [];
   #failures: Waiting<FailItem, FailResult, C>[] = [];
@@ -75,7 +75,7 @@ export class SettleBatcher<C> {
   readonly #inFlight = new Set<Promise<void>>();
 
   constructor(
-    store: Pick<JobStore, 'completeClaimed' | 'completeAndTakeNext' | 'failMany'>,
+    store: Pick<SettleStore, 'completeClaimed' | 'completeAndTakeNext' | 'failMany'>,
     options: SettleBatcherOptions,
   ) {
     this.#store = store;
