@@ -1,13 +1,13 @@
 import { LogSink } from '../../observability/log-sink.js';
-import type { Job } from '../job.js';
 import { parseOptions } from '../queue-options.js';
 import { ScheduleLoop } from '../schedules/schedule-loop.js';
 import type { JobStore, TaskMap } from '../store/job-store.js';
 import { Wakeup } from '../wakeup.js';
 import { gaugeReading } from './gauge-reading.js';
-import { type BufferedJob, HandlerRunner, type Running } from './handler-runner.js';
+import { HandlerRunner, type Running } from './handler-runner.js';
 import { JobListener } from './job-listener.js';
-import { SettleBatcher, type TakeOverParams } from './settle-batcher.js';
+import { JobSupply } from './job-supply.js';
+import { SettleBatcher } from './settle-batcher.js';
 import {
   type JobHandler,
   type JobOutcome,
@@ -21,8 +21,9 @@ import {
 } from './work-options.js';
 
 /**
- * A running worker (from `queue.work()`). Its claim loop takes batches for its free slots and, under a
- * backlog, for a local queue that grows with it (`prefetch: 'auto'`); a `HandlerRunner` runs the
+ * A running worker (from `queue.work()`). Its `JobSupply` claims batches for its free slots and, under a
+ * backlog, for a local queue that grows with it (`prefetch: 'auto'`), and takes in the jobs completions
+ * take over; a `HandlerRunner` runs the
  * handlers and their heartbeat; a `SettleBatcher` writes completions and failures in batches; a
  * `JobListener` LISTENs on a connection of its own (plus a polling backstop); the reaper runs on
  * a timer; stop() works in two phases. Never produces an unhandled rejection: errors go to hooks.
@@ -39,7 +40,6 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
   readonly #o: WorkOptions;
   readonly #leaseMs: number;
   readonly #tasks: string[];
-  readonly #buffer: BufferedJob[] = [];
   readonly #wake = new Wakeup();
   readonly #slot = new Wakeup();
   readonly #batcher: SettleBatcher<Running>;
@@ -72,12 +72,8 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
   readonly #streaks = new Map<WorkerPhase, number>();
   /** The schedules stored by a newer version last reported (see #unreadableSchedules). */
   #unreadableSeen = { list: '', times: 0 };
-  /** Jobs held beyond the handler slots (the local queue's target); adapts when prefetch is 'auto'. */
-  #prefetch: number;
-  /** No local queue at all (a queue with rate limits): prefetch stays 0 and a claim takes no probe job. */
-  readonly #noLocalQueue: boolean;
-  /** Room reserved for the jobs completions in flight may take over (see #takeOverParams). */
-  #reserved = 0;
+  /** Claims and take-overs feeding the local queue and the handler slots. */
+  readonly #supply: JobSupply;
   #stopping = false;
   #stopPromise: Promise<void> | undefined;
   #resolveDone: () => void = () => {};
@@ -94,8 +90,6 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
     // A queue with rate limits holds no local queue: a rate counts claims, and jobs claimed ahead of
     // free slots waited locally and then started in bursts (15 starts in one second against a limit of
     // 10, 6 against 4). Each claim asks for the free slots only, so a claimed job starts at once.
-    this.#noLocalQueue = store.rated;
-    this.#prefetch = this.#o.prefetch === 'auto' || this.#noLocalQueue ? 0 : this.#o.prefetch;
     const byTask = handlers as Readonly<Record<string, JobHandler<unknown> | undefined>>;
     // A task whose `requires` this worker lacks is not claimed at all (the claim filters by task): a
     // process without the publishing credential once took the day's job and then could not publish.
@@ -120,8 +114,8 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
       // it and no write to the group's row. Not while stopping: the worker takes nothing new then.
       takeOver: store.takesOver
         ? {
-            params: (grouped) => this.#takeOverParams(grouped),
-            taken: (jobs, params) => this.#taken(jobs, params),
+            params: (grouped) => this.#supply.takeOverParams(grouped),
+            taken: (jobs, params) => this.#supply.taken(jobs, params),
           }
         : undefined,
     });
@@ -137,11 +131,40 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
         log: this.#log,
       },
       {
-        onSlotFree: () => this.#slotFree(),
+        onSlotFree: () => this.#supply.slotFree(),
         onOutcome: (outcome: JobOutcome) => {
           this.#counters[outcome]++;
         },
         onError: (e, phase) => this.#error(e, phase),
+      },
+    );
+    this.#supply = new JobSupply(
+      store,
+      this.#runner,
+      {
+        concurrency: this.#o.concurrency,
+        batch: this.#o.batch,
+        prefetch: this.#o.prefetch,
+        pollInterval: this.#o.pollInterval,
+        leaseMs: this.#leaseMs,
+        tasks: this.#tasks,
+        limited: store.limited,
+        noLocalQueue: store.rated,
+      },
+      this.#wake,
+      this.#slot,
+      {
+        stopping: () => this.#stopping,
+        started: () => {
+          this.#counters.started++;
+        },
+        released: (count) => {
+          this.#counters.released += count;
+        },
+        failed: (e, phase) => this.#failed(e, phase),
+        worked: (phase, back) => this.#worked(phase, back),
+        error: (e, phase) => this.#error(e, phase),
+        inBackground: (task) => this.#inBackground(task),
       },
     );
     this.done = new Promise<void>((resolve) => {
@@ -205,7 +228,7 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
     // OpenTelemetry gauges of the queue's health while this worker runs (no-op without the API).
     this.#unobserve = store.telemetry.observe(() => gaugeReading(store));
     // The loop may not end in an unhandled rejection: a defect is reported and stops the worker.
-    this.#loopDone = this.#claimLoop().catch((e: unknown) => {
+    this.#loopDone = this.#supply.claimLoop().catch((e: unknown) => {
       this.#error(e, 'worker');
       void this.stop();
     });
@@ -276,7 +299,7 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
       await Promise.race([Promise.all([this.#loopDone, schedulerStopped]), grace]);
       clearTimeout(graceTimer);
       // Claimed but never started: give them back now.
-      const buffered = this.#buffer.splice(0).map((b) => b.job);
+      const buffered = this.#supply.takeBuffered();
       if (buffered.length > 0) {
         this.#counters.released += buffered.length;
         const released = await this.#store.release(buffered);
@@ -374,167 +397,9 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
     this.#error(new Error(message), 'schedule', this.#unreadableSeen.times, message);
   }
 
-  /** Jobs held now: running plus buffered, plus the room reserved for completions' take-overs. */
-  get #held(): number {
-    return this.#runner.size + this.#buffer.length + this.#reserved;
-  }
-
-  /**
-   * How many jobs the next claim should ask for, or 0 to wait: the free handler slots plus the free
-   * part of the local queue, once the local queue has drained to half (one big claim rather than many
-   * small ones). With prefetch 'auto' at 0, an idle slot's claim asks for ONE job more than the free
-   * slots: only a claim that comes back with that extra job shows a backlog beyond the slots.
-   */
-  #want(): number {
-    const free = this.#o.concurrency + this.#prefetch - this.#held;
-    const lowWater = Math.max(1, this.#prefetch >> 1);
-    if (free < lowWater && !(free > 0 && this.#buffer.length === 0)) return 0;
-    const probe = this.#o.prefetch === 'auto' && this.#prefetch === 0 && !this.#noLocalQueue ? 1 : 0;
-    return Math.min(this.#o.batch, free + probe);
-  }
-
-  #slotFree(): void {
-    this.#drain();
-    if (this.#stopping || this.#want() > 0) this.#slot.wake();
-  }
-
-  /**
-   * Adapts the local queue to the backlog (prefetch 'auto'): `batch` after a full claim, 0 after a
-   * short one. A full claim (with the probe's extra job, see #want) means more jobs are waiting than the
-   * free slots: take the whole local queue at once, as tuned by hand. A short claim took every job
-   * that was free: holding more would only take jobs another worker could start now.
-   *
-   * With limits (groups, task rates) a short claim does not mean the backlog ran dry: a job held in a
-   * local queue is running as far as its group's limit goes, so local queues that together hold more
-   * jobs than the groups have slots make every claim come back short. Dropping to 0 there, and back to
-   * `batch` after the next full claim, swung between claims of one job and claims no group had room
-   * for (measured: a third of the unlimited queue's throughput over 1,000 serial groups). So a limited
-   * queue halves its local queue after a short claim and doubles it (from the handler count, at most
-   * `batch`) after a full one: the workers settle on local queues the groups can hold.
-   */
-  #adapt(asked: number, got: number): void {
-    if (this.#o.prefetch !== 'auto' || this.#noLocalQueue) return;
-    if (!this.#store.limited) {
-      this.#prefetch = got >= asked ? this.#o.batch : 0;
-      return;
-    }
-    if (got >= asked) this.#growLocalQueue();
-    else this.#prefetch >>= 1;
-  }
-
-  /** Doubles the local queue of a limited queue (prefetch 'auto'), from the handler count up to `batch`. */
-  #growLocalQueue(): void {
-    this.#prefetch = Math.min(this.#o.batch, Math.max(this.#o.concurrency, this.#prefetch * 2));
-  }
-
-  async #claimLoop(): Promise<void> {
-    while (!this.#stopping) {
-      const want = this.#want();
-      if (want <= 0) {
-        await this.#slot.wait(this.#o.pollInterval);
-        // Let the other handlers that finished in the same tick free their slots: one bigger claim.
-        await new Promise<void>((resolve) => setImmediate(resolve));
-        continue;
-      }
-      let claimed: Job[];
-      let rateWaitMs: number | undefined;
-      try {
-        const r = await this.#store.claimBatch({ batch: want, lease: this.#leaseMs, tasks: this.#tasks });
-        if (r.isErr()) throw r.error;
-        claimed = r.value.jobs;
-        rateWaitMs = r.value.waitMs;
-        this.#worked('claim', 'claims work again');
-      } catch (e) {
-        const failures = this.#failed(e, 'claim');
-        // Back off on a failing database (bounded), but wake on stop.
-        await this.#wake.wait(Math.min(this.#o.pollInterval, 100 * 2 ** Math.min(failures, 5)));
-        continue;
-      }
-      if (this.#stopping) {
-        const released = await this.#store.release(claimed);
-        if (released.isErr()) this.#error(released.error, 'release');
-        break;
-      }
-      this.#adapt(want, claimed.length);
-      const now = Date.now();
-      for (const job of claimed) this.#buffer.push({ job, lastExtendAt: now });
-      this.#drain();
-      // A short claim took every job it could: wait for a NOTIFY (an enqueue, or a settle freeing a slot
-      // of a group with ready jobs), the poll interval, or the earliest rate window to free a place —
-      // never a hot loop over jobs held back by their limits.
-      if (claimed.length < want)
-        await this.#wake.wait(Math.min(this.#o.pollInterval, Math.max(1, rateWaitMs ?? Infinity)));
-    }
-  }
-
-  /**
-   * What a completion of `grouped` jobs with a group may take over: this worker's tasks and lease, and
-   * at most as many jobs as it frees slots and as the room its handlers and local queue have now (the
-   * local queue's current size with prefetch 'auto', see #adaptToTakeOver), reserved until the completion
-   * is back so that a claim meanwhile does not fill the same room. A worker thus holds no more groups'
-   * next jobs than a claim would give it; the other freed slots go back to every worker. Nothing while
-   * stopping.
-   */
-  #takeOverParams(grouped: number): TakeOverParams | undefined {
-    if (this.#stopping) return undefined;
-    const room = Math.min(grouped, this.#o.concurrency + this.#prefetch - this.#held);
-    if (room <= 0) return undefined;
-    this.#reserved += room;
-    return { lease: this.#leaseMs, tasks: this.#tasks, max: room };
-  }
-
-  /**
-   * Jobs a completion took over (their groups' next jobs, leased to this worker): into the local queue,
-   * like claimed jobs, and the room reserved for them is free again. A completion that was already on
-   * its way when stop() began gives them back.
-   */
-  #taken(jobs: Job[], params: TakeOverParams): void {
-    this.#reserved -= params.max;
-    this.#adaptToTakeOver();
-    if (this.#stopping) {
-      this.#counters.released += jobs.length;
-      this.#inBackground(
-        this.#store.release(jobs).match(
-          () => undefined,
-          (e) => this.#error(e, 'release'),
-        ),
-      );
-      return;
-    }
-    const now = Date.now();
-    for (const job of jobs) this.#buffer.push({ job, lastExtendAt: now });
-    // Runs them, and wakes the claim loop if the room not taken over is free for a claim now.
-    this.#slotFree();
-  }
-
-  /**
-   * Adapts the local queue when a take-over arrives (prefetch 'auto'), by what happened during its round
-   * trip. Jobs still waiting in the local queue: it was deeper than this worker's handlers could start
-   * meanwhile, and each of those jobs holds its group's slot that another worker's idle handler could
-   * use (with handlers that take time, a worker that kept its first local queue held most groups and
-   * left the other worker idle), so it halves. Handlers idle and nothing waiting: it was too shallow
-   * (no-op handlers outrun the round trip), so it doubles, from the handler count up to `batch`, as
-   * after a full claim.
-   */
-  #adaptToTakeOver(): void {
-    if (this.#o.prefetch !== 'auto') return;
-    if (this.#buffer.length > 0) this.#prefetch >>= 1;
-    else if (this.#runner.size < this.#o.concurrency) this.#growLocalQueue();
-  }
-
-  /** Starts buffered jobs while handler slots are free. */
-  #drain(): void {
-    while (!this.#stopping && this.#runner.size < this.#o.concurrency) {
-      const next = this.#buffer.shift();
-      if (next === undefined) return;
-      this.#counters.started++;
-      this.#runner.start(next.job, next.lastExtendAt);
-    }
-  }
-
   async #heartbeat(): Promise<void> {
     try {
-      const r = await this.#runner.heartbeat(this.#buffer);
+      const r = await this.#runner.heartbeat(this.#supply.buffered);
       if (r.isErr()) return void this.#failed(r.error, 'heartbeat');
       if (r.value === undefined) return; // no lease was due: nothing sent, nothing learnt
       this.#counters.lost += r.value;
@@ -547,11 +412,7 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
   /** A job was cancelled (its id heard on the cancel channel): abort its handler, or drop it unstarted. */
   #cancelled(id: string): void {
     if (this.#runner.cancel(id)) return;
-    const at = this.#buffer.findIndex((b) => b.job.id === id);
-    if (at < 0) return;
-    this.#buffer.splice(at, 1);
-    this.#counters.cancelled++;
-    this.#slotFree();
+    if (this.#supply.dropBuffered(id)) this.#counters.cancelled++;
   }
 
   async #prune(retention: NonNullable<WorkOptions['retention']>): Promise<void> {
