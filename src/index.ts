@@ -28,6 +28,7 @@ export {
   LeaseLost,
   LockBusy,
   LockNotAvailable,
+  MigrationChanged,
   NotFound,
   NotInTransaction,
   NotNullViolation,

@@ -36,7 +36,7 @@ export interface QueueHealthOptions {
 }
 
 // No lock (catalog reads): schemas that hold a pg-txkit queue — a migrations table, a jobs table and
-// the claim_jobs function of queue migration 2.
+// the claim_jobs function of queue migration 0001.
 const FIND_QUEUES_SQL = `
   SELECT n.nspname AS schema
     FROM pg_namespace n

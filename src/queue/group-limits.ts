@@ -10,7 +10,7 @@ export const DEFAULT_GROUP = 'default';
 const rateJson = (r: Rate) => ({ limit: r.limit, perMs: r.per });
 
 /**
- * The limits a queue declares, as the jsonb its claim passes to `claim_jobs_limited` (migration 3):
+ * The limits a queue declares, as the jsonb its claim passes to `claim_jobs_limited` (migration 0001):
  * `{"default": L, "groups": {key: L}, "tasks": {task: {limit, perMs}}}`, L = `{concurrency?, rate?}`.
  * undefined when the queue declares none: its workers use the plain claim.
  *

@@ -382,7 +382,9 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
 
   /**
    * Creates or upgrades the queue's schema (numbered migrations, once each, under a transaction-scoped
-   * advisory lock: safe when many replicas start at once).
+   * advisory lock: safe when many replicas start at once). Each applied migration is recorded with the
+   * sha-256 of its frozen file; a schema whose record differs from what this version ships (an edited
+   * migration, or a schema migrated by another build) gets {@link MigrationChanged} and nothing applied.
    *
    * @example
    * const migrated = await queue.migrate();
@@ -632,7 +634,7 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
    * leased to the caller, as a claim leases them, and come back in `next` to be run. The group's count
    * of running jobs does not change, so its row is not written, and no claim has to find the group
    * again: this is how a worker keeps serial groups moving at close to the unlimited queue's speed.
-   * One autocommit call of the schema's `complete_take_next` function (queue migration 10): the jobs
+   * One autocommit call of the schema's `complete_take_next` function (migration 0001): the jobs
    * are completed first, then the next ones are looked for under a new snapshot, so a job another
    * completion has just taken over is not tried (trying it would hold that job's row lock until this
    * call ends, and make its worker's completion of it wait). A job is taken over only when no ready

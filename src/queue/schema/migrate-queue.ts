@@ -2,7 +2,7 @@ import { ResultAsync } from 'neverthrow';
 import pg from 'pg';
 import { advisoryKey } from '../../advisory/advisory-key.js';
 import { classify } from '../../errors/classify.js';
-import { DbError, type TxKitError } from '../../errors/errors.js';
+import { DbError, MigrationChanged, type TxKitError } from '../../errors/errors.js';
 import { dbAttributes } from '../../observability/db-attributes.js';
 import { inSpan } from '../../observability/in-span.js';
 import { LogSink } from '../../observability/log-sink.js';
@@ -10,17 +10,8 @@ import type { Logger } from '../../observability/logger.js';
 import type { OpenTelemetryApi } from '../../observability/otel-api.js';
 import { SpanKind } from '../../observability/span-kind.js';
 import { inClientTransaction } from '../in-client-transaction.js';
-import { claimByTidMigration } from './migrations/claim-by-tid-migration.js';
-import { claimFunctionMigration } from './migrations/claim-function-migration.js';
-import { claimTokenMigration } from './migrations/claim-token-migration.js';
-import { groupLimitsMigration } from './migrations/group-limits-migration.js';
-import { jobControlMigration } from './migrations/job-control-migration.js';
-import { jobsMigration } from './migrations/jobs-migration.js';
-import { leanClaimMigration } from './migrations/lean-claim-migration.js';
-import { rateClockMigration } from './migrations/rate-clock-migration.js';
-import { schedulesMigration } from './migrations/schedules-migration.js';
-import { takeOverFunctionMigration } from './migrations/take-over-function-migration.js';
-import { traceContextMigration } from './migrations/trace-context-migration.js';
+import type { QueueMigration } from './queue-migration.js';
+import { QUEUE_MIGRATIONS } from './queue-migrations.generated.js';
 
 /** What `queue.migrate()` did. */
 export interface MigrateResult {
@@ -35,33 +26,6 @@ export interface MigrateObservers {
   readonly logger?: Logger | undefined;
   readonly telemetry?: OpenTelemetryApi | undefined;
 }
-
-/** One numbered migration: its version, the name recorded in the migrations table and its SQL. */
-interface Migration {
-  readonly version: number;
-  readonly name: string;
-  readonly sql: string;
-}
-
-/**
- * Every migration, in version order: string constants in the JavaScript, so a bundled consumer
- * (esbuild, rolldown …) migrates without reading a file (they were `.sql` files read beside the module:
- * ENOENT once bundled). Versions need not be contiguous: each one missing from the migrations table is
- * applied, in this order (a schema at [1, 2, 6] gets 3, 4, 5 when they are added).
- */
-const MIGRATIONS: readonly Migration[] = [
-  jobsMigration,
-  claimFunctionMigration,
-  groupLimitsMigration,
-  schedulesMigration,
-  traceContextMigration,
-  jobControlMigration,
-  leanClaimMigration,
-  claimTokenMigration,
-  claimByTidMigration,
-  takeOverFunctionMigration,
-  rateClockMigration,
-];
 
 /** Stable signed 64-bit advisory key for a schema's migrations (`advisoryKey`: sha-256, not hashtext). */
 export function migrationLockKey(schema: string): string {
@@ -84,7 +48,28 @@ export function cancelChannel(schema: string): string {
   return `${schema}_jobs_cancel`;
 }
 
+/** The first applied migration whose record is not the shipped one, as the error migrate() returns. */
+function firstDifference(
+  schema: string,
+  rows: readonly { version: number; name: string; checksum: string | null }[],
+  shipped: readonly QueueMigration[],
+): MigrationChanged | undefined {
+  for (const row of rows) {
+    const m = shipped.find((x) => x.version === row.version);
+    if (m === undefined || m.name !== row.name || m.checksum !== row.checksum) {
+      return new MigrationChanged(
+        schema,
+        row.version,
+        { name: row.name, checksum: row.checksum },
+        m === undefined ? null : { name: m.name, checksum: m.checksum },
+      );
+    }
+  }
+  return undefined;
+}
+
 function toError(e: unknown): TxKitError {
+  if (e instanceof MigrationChanged) return e;
   return classify(e) ?? new DbError(undefined, e instanceof Error ? e.message : String(e), e);
 }
 
@@ -103,6 +88,7 @@ export function migrateQueue(
   pool: pg.Pool,
   schema: string,
   observe: MigrateObservers = {},
+  migrations: readonly QueueMigration[] = QUEUE_MIGRATIONS,
 ): ResultAsync<MigrateResult, TxKitError> {
   const s = pg.escapeIdentifier(schema);
   const channel = pg.escapeLiteral(notifyChannel(schema));
@@ -113,20 +99,32 @@ export function migrateQueue(
       await client.query('SELECT pg_advisory_xact_lock($1::bigint)', [migrationLockKey(schema)]);
       // DDL below takes ACCESS EXCLUSIVE on new objects only (nobody else can see them yet).
       await client.query(`CREATE SCHEMA IF NOT EXISTS ${s}`);
+      // Each applied migration's sha-256 is recorded: the files are frozen, so a recorded checksum that
+      // is not the shipped one means the schema is not what this code expects (an edited migration, or
+      // a schema migrated by another build), and nothing is applied.
       await client.query(
         `CREATE TABLE IF NOT EXISTS ${s}.migrations (
-           version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`,
+           version integer PRIMARY KEY, name text NOT NULL, checksum text NOT NULL,
+           applied_at timestamptz NOT NULL DEFAULT now())`,
       );
+      // A table made before checksums were recorded (a development build before 0.2.0) lacks the column:
+      // added here so that its rows read as recorded without one, and refused below (rolled back with it).
+      await client.query(`ALTER TABLE ${s}.migrations ADD COLUMN IF NOT EXISTS checksum text`);
       // Plain read under the advisory lock: no other migrate() of this schema can be writing.
-      const done = await client.query<{ version: number }>(`SELECT version FROM ${s}.migrations`);
+      const done = await client.query<{ version: number; name: string; checksum: string | null }>(
+        `SELECT version, name, checksum FROM ${s}.migrations ORDER BY version`,
+      );
+      const changed = firstDifference(schema, done.rows, migrations);
+      if (changed !== undefined) throw changed;
       const have = new Set(done.rows.map((r) => r.version));
       const applied: number[] = [];
-      for (const m of MIGRATIONS) {
+      for (const m of migrations) {
         if (have.has(m.version)) continue;
         await client.query(m.sql.replaceAll('{{schema}}', s).replaceAll('{{channel}}', channel));
-        await client.query(`INSERT INTO ${s}.migrations (version, name) VALUES ($1, $2)`, [
+        await client.query(`INSERT INTO ${s}.migrations (version, name, checksum) VALUES ($1, $2, $3)`, [
           m.version,
           m.name,
+          m.checksum,
         ]);
         applied.push(m.version);
       }

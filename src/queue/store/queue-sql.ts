@@ -1,6 +1,6 @@
 import pg from 'pg';
-import { claimedAggregates } from '../schema/migrations/claim-steps.js';
-import { archiveInsert, freeSlots, perGroup } from '../schema/migrations/settle-steps.js';
+import { claimedAggregates } from './claimed-aggregates.js';
+import { archiveInsert, freeSlots, perGroup } from './settle-steps.js';
 
 /** The ON CONFLICT target matching the partial unique index jobs_key. */
 const KEY_CONFLICT = `(task, key) WHERE key IS NOT NULL AND state IN ('pending', 'running')`;
@@ -102,11 +102,11 @@ export function queueStatements(
       ON CONFLICT ${KEY_CONFLICT} DO NOTHING
       RETURNING id`,
     // The claim: ONE statement (MATERIALIZED CTE with FOR UPDATE SKIP LOCKED, then UPDATE … RETURNING)
-    // inside the function claim_jobs of migration 002, which pins its plan (enable_sort = off) so stale
+    // inside the function claim_jobs of migration 0001, which pins its plan (enable_sort = off) so stale
     // statistics can never turn it into a sort of the whole backlog. Locks and plan choice are explained
     // there: FOR UPDATE row locks on the chosen pending rows, SKIP LOCKED, held only for this autocommit
     // statement; the lease (token + expiry) marks the job as taken afterwards.
-    // Migration 3 makes it keep the group counters true (a grouped job it claims counts as running).
+    // It keeps the group counters true (a grouped job it claims counts as running).
     claim: `
       SELECT ${claimedAggregates('')} FROM ${s}.claim_jobs($1::int, $2::float8, $3::text[]) AS j`,
     // The claim of a queue with limits (groups, task rates): the function claim_jobs_limited of migration
@@ -147,7 +147,7 @@ export function queueStatements(
     // the jobs taken over (re-checked on their newest version: still pending and ready; one locked by a
     // claim or another settle is skipped, never waited for); the group steps of complete for the slots
     // given back. No new lock order: the only lock waited for is a group row's, in key order, after
-    // every job lock, as in complete. The steps are the function complete_take_next of migration 10
+    // every job lock, as in complete. The steps are the function complete_take_next of migration 0001
     // (two statements, the second under a new snapshot; plans kept per connection), all inside this
     // autocommit statement. It returns one row: the ids completed, the wake-up, and the jobs taken over
     // as a claim returns its jobs.

@@ -1,7 +1,7 @@
-// The steps that take jobs out of 'running' share (the settle statements of queue-sql.ts and the
-// completion function of migration 10): giving group slots back, counting them per group, archiving.
-// Migration 10's SQL is built from them: a change here changes what a new schema's migration 10 creates,
-// so a change of behaviour needs a new migration.
+// The steps that take jobs out of 'running' share (the settle statements of queue-sql.ts): giving group
+// slots back, counting them per group, archiving. The schema's complete_take_next function was written
+// with the same steps and is frozen in migration 0001: a change of behaviour here needs a new migration
+// for the function to follow (the migrations import nothing from the runtime, and it nothing from them).
 
 /**
  * The CTEs that give back the group slots of the jobs a settle statement took out of 'running' (`counts`:
