@@ -60,7 +60,8 @@ export const backoffSchema = z.strictObject({
 });
 
 /** A group key as stored in the jobs table (text without NUL, 1 to 1000 characters). */
-const groupKey = z.string().min(1).max(1000).refine(storable, NO_NUL);
+/** A group's key (see the queue's `groups`): non-empty text, without NUL. */
+export const groupKey = z.string().min(1).max(1000).refine(storable, NO_NUL);
 
 /**
  * A rate limit: at most `limit` claims in any interval of length `per` (a sliding window, counted at

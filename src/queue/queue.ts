@@ -45,6 +45,7 @@ import {
 import type { DeclaredSchedule } from './schedules/schedule-types.js';
 import { cancelChannel, type MigrateResult, migrateQueue, notifyChannel } from './schema/migrate-queue.js';
 import { storableJson } from './storable-json.js';
+import { type InsertStatements, insertJobsValues, insertStatements } from './store/insert-jobs.js';
 import { JobStatements } from './store/job-statements.js';
 import type {
   ClaimedBatch,
@@ -277,6 +278,8 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
   readonly #schedules: ScheduleContext;
   /** Task → capabilities a worker needs to claim it (`requires`). */
   readonly requires: Readonly<Record<string, readonly string[]>>;
+  /** The one insert into jobs, as enqueue, enqueueMany and schedule ticks run it. */
+  readonly #inserts: InsertStatements;
   /** The claim, settle, lease, reap and progress statements (what the worker's parts run). */
   readonly #jobs: JobStatements;
 
@@ -334,9 +337,12 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
     });
     const declared = declareSchedules(options.schedules, options.tasks);
     if (declared.isErr()) throw declared.error;
+    this.#inserts = insertStatements(o.schema);
     this.#schedules = {
       pool: o.pool,
       sql: scheduleStatements(o.schema),
+      insertTicks: this.#inserts.insertTicks,
+      send: (task, count) => this.telemetry.send(task, count),
       declared: declared.value,
       maxAttempts: o.maxAttempts,
       backoff: o.backoff,
@@ -436,18 +442,17 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
     const { value, o } = checked.value;
     const backoff = o.backoff ?? this.#backoff;
     const send = this.telemetry.send(task, 1);
-    const params = [
+    const params = insertJobsValues({
       task,
-      JSON.stringify(value),
-      o.priority,
-      o.runAt ?? null,
-      o.maxAttempts ?? this.#maxAttempts,
-      backoff.baseMs,
-      backoff.capMs,
-      o.key ?? null,
-      o.group ?? null,
-      send?.carrier ?? null,
-    ];
+      payloads: [JSON.stringify(value)],
+      priority: o.priority,
+      runAt: o.runAt ?? null,
+      maxAttempts: o.maxAttempts ?? this.#maxAttempts,
+      backoff,
+      keys: [o.key ?? null],
+      groups: [o.group ?? null],
+      traceContext: send?.carrier ?? null,
+    });
     type Row = {
       id: string;
       task: string;
@@ -458,7 +463,7 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
       created: boolean;
     };
     const attempt = (left: number): ResultAsync<EnqueuedJob, EnqueueError> =>
-      runStatement<Row>(db, this.#sql.enqueue, params).andThen((res) => {
+      runStatement<Row>(db, this.#inserts.enqueue, params).andThen((res) => {
         const row = res.rows[0];
         if (row === undefined) {
           // The keyed job that blocked the insert committed after this statement's snapshot (or ended
@@ -533,18 +538,21 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
     if (values.length === 0) return ResultAsync.fromSafePromise(Promise.resolve({ ids: [], skipped: 0 }));
     const backoff = o.backoff ?? this.#backoff;
     const send = this.telemetry.send(task, values.length);
-    const inserted = runStatement<{ id: string }>(db, this.#sql.enqueueMany, [
-      task,
-      values,
-      o.priority,
-      o.runAt ?? null,
-      o.maxAttempts ?? this.#maxAttempts,
-      backoff.baseMs,
-      backoff.capMs,
-      o.keys ?? values.map(() => null),
-      o.groups ?? values.map(() => o.group ?? null),
-      send?.carrier ?? null,
-    ]).map((res) => ({ ids: res.rows.map((r) => String(r.id)), skipped: values.length - res.rows.length }));
+    const inserted = runStatement<{ id: string }>(
+      db,
+      this.#inserts.enqueueMany,
+      insertJobsValues({
+        task,
+        payloads: values,
+        priority: o.priority,
+        runAt: o.runAt ?? null,
+        maxAttempts: o.maxAttempts ?? this.#maxAttempts,
+        backoff,
+        keys: o.keys ?? values.map(() => null),
+        groups: o.groups ?? values.map(() => o.group ?? null),
+        traceContext: send?.carrier ?? null,
+      }),
+    ).map((res) => ({ ids: res.rows.map((r) => String(r.id)), skipped: values.length - res.rows.length }));
     return send === undefined ? inserted : traced(send, inserted, (r) => r.ids);
   }
 

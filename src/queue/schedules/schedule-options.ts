@@ -4,7 +4,7 @@ import { err, ok, type Result } from 'neverthrow';
 import { z } from 'zod/v4';
 import { InvalidOptions, type OptionIssue } from '../../errors/errors.js';
 import { type PayloadSchema, validatePayload } from '../payload-schema.js';
-import { durationSchema, parseOptions } from '../queue-options.js';
+import { durationSchema, groupKey, parseOptions } from '../queue-options.js';
 import { type DeclaredSchedule, missedPolicySchema, type StoredSchedule } from './schedule-types.js';
 
 /** A schedule name: part of its jobs' keys (`schedule:<name>:<tick>`), so no ':' and no NUL. */
@@ -71,6 +71,8 @@ export const scheduleDefinitionSchema = z
     priority: z.number().int().min(-2_147_483_648).max(2_147_483_647).default(0),
     /** The jobs' attempts (default: the queue's). */
     maxAttempts: z.number().int().min(1).max(1_000_000).optional(),
+    /** The jobs' group: each tick's job counts against that group's limits (the queue's `groups`). */
+    group: groupKey.optional(),
   })
   .superRefine((d, ctx) => {
     if ((d.cron === undefined) === (d.every === undefined)) {
@@ -113,6 +115,8 @@ export function storedSchedule(
     grace: d.grace,
     priority: d.priority,
     maxAttempts: d.maxAttempts ?? null,
+    // Only when given: a definition without a group keeps the hash it had before groups were stored.
+    ...(d.group === undefined ? {} : { group: d.group }),
   };
 }
 
@@ -142,7 +146,8 @@ export function parseStoredSchedule(json: unknown): StoredSchedule | undefined {
   if (!r.success) return undefined;
   if (r.data.cron !== null && cronProblem(r.data.cron, r.data.tz) !== undefined) return undefined;
   if ((r.data.cron === null) === (r.data.every === null)) return undefined;
-  return { ...r.data, payload: r.data.payload ?? {} };
+  const { group, ...rest } = r.data;
+  return { ...rest, payload: rest.payload ?? {}, ...(group === undefined ? {} : { group }) };
 }
 
 const storedScheduleSchema = z.object({
@@ -155,6 +160,7 @@ const storedScheduleSchema = z.object({
   grace: z.number().int().min(0),
   priority: z.number().int(),
   maxAttempts: z.number().int().min(1).nullable(),
+  group: z.string().min(1).optional(),
 });
 
 /**

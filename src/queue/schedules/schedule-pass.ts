@@ -3,6 +3,7 @@ import type pg from 'pg';
 import { classify } from '../../errors/classify.js';
 import { type DatabaseFailure, ScheduleFailed } from '../../errors/errors.js';
 import { inClientTransaction } from '../in-client-transaction.js';
+import { insertJobsValues } from '../store/insert-jobs.js';
 import { parseStoredSchedule } from './schedule-options.js';
 import type { ScheduleRow, ScheduleStatements } from './schedule-sql.js';
 import { type DueTicks, dueTicks, nextTick } from './schedule-ticks.js';
@@ -12,10 +13,23 @@ import type { DeclaredSchedule, StoredSchedule } from './schedule-types.js';
 export interface ScheduleContext {
   readonly pool: pg.Pool;
   readonly sql: ScheduleStatements;
+  /** The one insert into jobs, as its schedule-ticks statement (see store/insert-jobs.ts). */
+  readonly insertTicks: string;
+  /**
+   * Starts the producer span of a tick's jobs and gives its trace context (no-op without OpenTelemetry):
+   * a scheduled job's run links to the pass that enqueued it, as an enqueued job's run links to its enqueue.
+   */
+  readonly send: (task: string, count: number) => TickSend | undefined;
   readonly declared: readonly DeclaredSchedule[];
   /** The queue's defaults for the jobs a tick enqueues. */
   readonly maxAttempts: number;
   readonly backoff: { readonly baseMs: number; readonly capMs: number };
+}
+
+/** A producer span of a tick's jobs: its trace context, ended with the ids inserted or the error. */
+export interface TickSend {
+  readonly carrier: Readonly<Record<string, string>> | null;
+  end(outcome: { ids: readonly string[] } | { error: unknown }): void;
 }
 
 /** One tick fired by a pass. */
@@ -205,16 +219,30 @@ async function fire(
   due: DueTicks,
 ): Promise<ScheduleFiring[]> {
   const keys = due.fire.map((t) => tickKey(name, t));
-  const inserted = await client.query<{ id: string; key: string }>(ctx.sql.insertTicks, [
-    definition.task,
-    JSON.stringify(definition.payload),
-    definition.priority,
-    definition.maxAttempts ?? ctx.maxAttempts,
-    ctx.backoff.baseMs,
-    ctx.backoff.capMs,
-    due.fire,
-    keys,
-  ]);
+  const send = ctx.send(definition.task, due.fire.length);
+  const payload = JSON.stringify(definition.payload);
+  let inserted: pg.QueryResult<{ id: string; key: string }>;
+  try {
+    inserted = await client.query<{ id: string; key: string }>(
+      ctx.insertTicks,
+      insertJobsValues({
+        task: definition.task,
+        payloads: due.fire.map(() => payload),
+        priority: definition.priority,
+        runAt: null,
+        maxAttempts: definition.maxAttempts ?? ctx.maxAttempts,
+        backoff: ctx.backoff,
+        keys,
+        groups: due.fire.map(() => definition.group ?? null),
+        traceContext: send?.carrier ?? null,
+        runAts: due.fire,
+      }),
+    );
+  } catch (error) {
+    send?.end({ error });
+    throw error;
+  }
+  send?.end({ ids: inserted.rows.map((r) => String(r.id)) });
   const ids = new Map(inserted.rows.map((r) => [r.key, String(r.id)]));
   // next_run_at NULL when the schedule has no tick left: never due again (the due index skips it).
   await client.query(ctx.sql.advance, [

@@ -20,7 +20,6 @@ export interface ScheduleStatements {
   readonly winners: string;
   readonly disable: string;
   readonly redefine: string;
-  readonly insertTicks: string;
   readonly advance: string;
   readonly list: string;
 }
@@ -82,16 +81,6 @@ export function scheduleStatements(schema: string): ScheduleStatements {
       UPDATE ${s}.schedules SET hash = $2, definition = $3::jsonb, enabled = ($4::timestamptz IS NOT NULL),
              next_run_at = $4, updated_at = now()
        WHERE name = $1`,
-    // Lock: ROW EXCLUSIVE on jobs; the partial unique index jobs_key by speculative insertion (a live job
-    // already holding the tick's key makes it DO NOTHING). Runs in the pass transaction holding the
-    // schedule row's FOR UPDATE lock, with the UPDATE that moves next_run_at past these ticks: a tick's job
-    // exists if and only if the schedule moved past it. The jobs trigger sends one NOTIFY at COMMIT.
-    insertTicks: `
-      INSERT INTO ${s}.jobs AS j (task, payload, priority, run_at, max_attempts, backoff_base_ms, backoff_cap_ms, key)
-      SELECT $1, $2::jsonb, $3, t.run_at, $4, $5, $6, t.key
-        FROM unnest($7::timestamptz[], $8::text[]) AS t(run_at, key)
-      ON CONFLICT (task, key) WHERE key IS NOT NULL AND state IN ('pending', 'running') DO NOTHING
-      RETURNING j.id, j.key`,
     // Lock: the schedule's row, already locked FOR UPDATE by this pass. No next tick (a cron whose year
     // field ended): disabled, with no next run (the CHECK ties an enabled schedule to its next run).
     advance: `

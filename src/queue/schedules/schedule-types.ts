@@ -33,6 +33,8 @@ export interface StoredSchedule {
   readonly priority: number;
   /** The attempts of each tick's job, or null for the queue's default. */
   readonly maxAttempts: number | null;
+  /** The group of each tick's job (absent: none). */
+  readonly group?: string;
 }
 
 /** A schedule this process declares: its name, its definition and the definition's hash. */

@@ -2,16 +2,11 @@ import pg from 'pg';
 import { claimedAggregates } from './claimed-aggregates.js';
 import { archiveInsert, freeSlots, perGroup } from './settle-steps.js';
 
-/** The ON CONFLICT target matching the partial unique index jobs_key. */
-const KEY_CONFLICT = `(task, key) WHERE key IS NOT NULL AND state IN ('pending', 'running')`;
-
 /**
  * Every statement the queue sends, built once per schema (identifiers quoted with escapeIdentifier;
  * all values are parameters). Each one says which locks it takes and why.
  */
 export interface QueueStatements {
-  readonly enqueue: string;
-  readonly enqueueMany: string;
   readonly claim: string;
   readonly claimLimited: string;
   readonly complete: string;
@@ -60,47 +55,6 @@ export function queueStatements(
       )${archiveDone('done', 'done')}${grouped ? slots('done') : ''}
       SELECT (SELECT coalesce(array_agg(id::text), '{}') FROM done) AS ids${grouped ? `, ${woke}` : ''}`;
   return {
-    // Lock: ROW EXCLUSIVE on jobs (any INSERT). With a key, the partial unique index jobs_key is checked
-    // by speculative insertion: a concurrent uncommitted insert of the same (task, key) makes this wait
-    // for that transaction, then DO NOTHING. No row lock is taken on the existing job; it is read in the
-    // same statement. (If that job committed after this statement's snapshot, the read finds nothing and
-    // enqueue() re-runs the statement with a new snapshot.) The statement-level trigger sends at most one
-    // NOTIFY, delivered at COMMIT. With a group ($9), its job_groups row is created if missing: ROW
-    // EXCLUSIVE on job_groups, ON CONFLICT DO NOTHING takes no lock on an existing row (it waits only for
-    // a concurrent uncommitted creation of the same new group).
-    enqueue: `
-      WITH grp AS (
-        INSERT INTO ${s}.job_groups (key) SELECT $9::text WHERE $9::text IS NOT NULL
-        ON CONFLICT (key) DO NOTHING
-      ),
-      ins AS (
-        INSERT INTO ${jobs} AS j (task, payload, priority, run_at, max_attempts, backoff_base_ms, backoff_cap_ms, key, group_key, trace_context)
-        VALUES ($1, $2::jsonb, $3, coalesce($4::timestamptz, now()), $5, $6, $7, $8, $9::text, $10::jsonb)
-        ON CONFLICT ${KEY_CONFLICT} DO NOTHING
-        RETURNING j.id, j.task, j.state, j.run_at, j.key, j.group_key
-      )
-      SELECT id, task, state, run_at, key, group_key, true AS created FROM ins
-      UNION ALL
-      SELECT id, task, state, run_at, key, group_key, false AS created FROM ${jobs}
-       WHERE $8::text IS NOT NULL AND task = $1 AND key = $8 AND state IN ('pending', 'running')
-         AND NOT EXISTS (SELECT 1 FROM ins)`,
-    // Lock: ROW EXCLUSIVE on jobs. One statement for any number of jobs (unnest of parallel arrays),
-    // so one round trip, one WAL flush at commit and ONE NOTIFY from the statement-level trigger.
-    // Keyed duplicates (against live jobs or within the batch) are skipped by DO NOTHING. The groups
-    // ($9) are created if missing (ROW EXCLUSIVE on job_groups, no lock on existing rows), in key order:
-    // two batches creating the same new groups wait for each other in one order, never deadlock.
-    enqueueMany: `
-      WITH grp AS (
-        INSERT INTO ${s}.job_groups (key)
-        SELECT DISTINCT g FROM unnest($9::text[]) AS g WHERE g IS NOT NULL ORDER BY g
-        ON CONFLICT (key) DO NOTHING
-      )
-      INSERT INTO ${jobs} (task, payload, priority, run_at, max_attempts, backoff_base_ms, backoff_cap_ms, key, group_key, trace_context)
-      SELECT $1, t.payload, $3, coalesce($4::timestamptz, now()), $5, $6, $7, t.key, t.group_key, $10::jsonb
-        FROM unnest($2::jsonb[], $8::text[], $9::text[]) WITH ORDINALITY AS t(payload, key, group_key, n)
-       ORDER BY t.n
-      ON CONFLICT ${KEY_CONFLICT} DO NOTHING
-      RETURNING id`,
     // The claim: ONE statement (MATERIALIZED CTE with FOR UPDATE SKIP LOCKED, then UPDATE … RETURNING)
     // inside the function claim_jobs of migration 0001, which pins its plan (enable_sort = off) so stale
     // statistics can never turn it into a sort of the whole backlog. Locks and plan choice are explained
