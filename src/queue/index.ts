@@ -1,41 +1,43 @@
 // Public surface of the queue module (re-exports only).
 export type { ClaimedLease, EnqueuedJob, Job, JobLease, JobState } from './job.js';
-export {
-  type CancelResult,
-  type ClaimedBatch,
-  type ClaimOptions,
-  type CompleteAndTakeNextResult,
-  type CompleteManyResult,
-  type EnqueueError,
-  type EnqueueManyOptions,
-  type EnqueueManyResult,
-  type EnqueueOptions,
-  type FailItem,
-  type FailOptions,
-  type FailResult,
-  type GroupLimits,
-  type GroupsOption,
-  type JobInfo,
-  type MetricsOptions,
-  type PruneOptions,
-  type PruneResult,
-  Queue,
-  type QueueOptions,
-  type QueueStats,
-  type QueueTxManager,
-  type RateLimit,
-  type ReapOptions,
-  type ReapResult,
-  type RedriveOptions,
-  type SettleError,
-  type TakeNextOptions,
-  type TaskMap,
-} from './queue.js';
+export { Queue } from './queue.js';
+export type {
+  CancelResult,
+  ClaimOptions,
+  EnqueueError,
+  EnqueueManyOptions,
+  EnqueueManyResult,
+  EnqueueOptions,
+  FailOptions,
+  GroupLimits,
+  GroupsOption,
+  JobInfo,
+  MetricsOptions,
+  PruneOptions,
+  PruneResult,
+  QueueOptions,
+  QueueStats,
+  RateLimit,
+  ReapOptions,
+  RedriveOptions,
+  SettleError,
+  TakeNextOptions,
+} from './queue-types.js';
 export type { ScheduleDefinition } from './schedules/schedule-options.js';
 export type { ScheduleFiring, SchedulePassResult } from './schedules/schedule-pass.js';
 export { type FireSchedulesOptions, type ScheduleState, scheduledTick } from './schedules/schedule-state.js';
 export type { DeclaredSchedule, MissedPolicy, StoredSchedule } from './schedules/schedule-types.js';
 export type { MigrateResult } from './schema/migrate-queue.js';
+export type {
+  ClaimedBatch,
+  CompleteAndTakeNextResult,
+  CompleteManyResult,
+  FailItem,
+  FailResult,
+  QueueTxManager,
+  ReapResult,
+  TaskMap,
+} from './store/job-store.js';
 export type { BoundedCount, QueueMetrics } from './store/queue-health.js';
 export type {
   JobContext,
