@@ -1,13 +1,12 @@
-import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { Queue } from '../../src/queue/index.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
 import { eventually } from '../fixtures/queue-helpers.js';
 import { useTestDatabase } from '../helpers.js';
-import { BIN, runBin } from './cli-support.js';
+import { runBin } from './cli-support.js';
 
 const { pool, url } = await useTestDatabase();
 const TASKS = fileURLToPath(new URL('../fixtures/worker-tasks.mjs', import.meta.url));
@@ -18,32 +17,32 @@ const queue = new Queue({
   schema: 'cli_worker_q',
   tasks: { greet: z.object({ name: z.string() }), hold: z.object({ key: z.number().int() }) },
 });
-const children: ChildProcessWithoutNullStreams[] = [];
-afterAll(() => {
-  for (const c of children) if (c.exitCode === null) c.kill('SIGKILL');
-});
 
-/** `node bin/pg-txkit.js worker …` as a process, with its JSON lines as they arrive and its exit. */
+/** `node bin/pg-txkit.js worker …` as a process: its JSON lines as they arrive, its pid, and its exit. */
 function startWorker(argv: string[]) {
-  const env: Record<string, string | undefined> = { ...process.env, NO_COLOR: '1' };
-  delete env.DATABASE_URL;
-  const child = spawn(process.execPath, [BIN, 'worker', ...argv], { env });
-  children.push(child);
   let stdout = '';
   let stderr = '';
-  child.stdout.on('data', (d: Buffer) => {
-    stdout += d.toString();
-  });
-  child.stderr.on('data', (d: Buffer) => {
-    stderr += d.toString();
-  });
-  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+  let pid: number | undefined;
+  const exited = runBin(['worker', ...argv], {
+    timeoutMs: 120_000,
+    onStdout: (text, p) => {
+      stdout = text;
+      pid = p;
+    },
+    onStderr: (text) => {
+      stderr = text;
+    },
+  }).then((r) => r.code);
   const lines = () =>
     stdout
       .split('\n')
       .filter(Boolean)
       .map((l) => JSON.parse(l) as Record<string, unknown>);
-  return { child, exited, lines, stderr: () => stderr };
+  const signal = (name: NodeJS.Signals) => {
+    if (pid === undefined) throw new Error('the worker has written nothing yet');
+    process.kill(pid, name);
+  };
+  return { exited, lines, signal, stderr: () => stderr };
 }
 
 describe('pg-txkit worker (a process)', () => {
@@ -72,7 +71,7 @@ describe('pg-txkit worker (a process)', () => {
         );
         return r.rows[0].n === 1;
       });
-      w.child.kill('SIGTERM');
+      w.signal('SIGTERM');
       await eventually(() => w.stderr().includes('stopping cleanly'));
       await holder.query('SELECT pg_advisory_unlock(4242)');
       expect(await w.exited).toBe(0);
