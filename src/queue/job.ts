@@ -105,7 +105,15 @@ type Extras = [
   progress: unknown,
   group: string | null,
   traceContext: Readonly<Record<string, string>> | null,
+  /** True for a job enqueued from SQL: its payload was not validated by the task's schema yet. */
+  unchecked?: boolean,
 ];
+
+/**
+ * The claimed jobs whose payload was not validated when they were enqueued (enqueued from SQL, with the
+ * schema's `enqueue` function): the worker validates them before their handler runs.
+ */
+export const uncheckedPayloads = new WeakSet<Job>();
 
 /** Text as is: the type parsers of a query whose values {@link jobsFromClaim} converts itself. */
 export const RAW_TEXT = { getTypeParser: () => (value: string) => value };
@@ -130,6 +138,12 @@ function integerAt(s: string, from: number, to: number): number {
 
 /** One job from its head (see {@link ClaimedRow}), task, payload and extras. */
 function jobFrom(head: string, task: string, payload: unknown, extras: Extras | null): Job {
+  const job = jobFields(head, task, payload, extras);
+  if (extras?.[5] === true) uncheckedPayloads.add(job);
+  return job;
+}
+
+function jobFields(head: string, task: string, payload: unknown, extras: Extras | null): Job {
   const idEnd = head.indexOf(',');
   const priorityEnd = head.indexOf(',', idEnd + 1);
   const runAtEnd = head.indexOf(',', priorityEnd + 1);

@@ -47,8 +47,8 @@ describe('checksums', () => {
     const first = QUEUE_MIGRATIONS[0];
     if (first === undefined) throw new Error('no migration');
     const edited = { ...first, sql: `${first.sql}\n-- an edit`, checksum: 'f'.repeat(64) };
-    const extra = { version: 2, name: '0002_extra.sql', checksum: 'e'.repeat(64), sql: 'SELECT 1' };
-    const r = await migrateQueue(pool, schema, {}, [edited, extra]);
+    const extra = { version: 3, name: '0003_extra.sql', checksum: 'e'.repeat(64), sql: 'SELECT 1' };
+    const r = await migrateQueue(pool, schema, {}, [edited, ...QUEUE_MIGRATIONS.slice(1), extra]);
     const error = r._unsafeUnwrapErr();
     expect(error).toBeInstanceOf(MigrationChanged);
     expect(error).toMatchObject({
@@ -60,21 +60,21 @@ describe('checksums', () => {
     });
     expect(error.message).toContain(first.checksum);
     expect(error.message).toContain('f'.repeat(64));
-    // Refused before anything ran: version 2 was not applied.
-    expect((await recorded(schema)).map((m) => m.version)).toEqual([1]);
+    // Refused before anything ran: version 3 was not applied.
+    expect((await recorded(schema)).map((m) => m.version)).toEqual(QUEUE_MIGRATIONS.map((m) => m.version));
   });
 
   it('a schema that records a migration this version does not ship (a newer or another build): refused', async () => {
     const schema = `q_mig_${++seq}`;
     (await queueOn(schema).migrate())._unsafeUnwrap();
     await pool.query(
-      `INSERT INTO ${pg.escapeIdentifier(schema)}.migrations (version, name, checksum) VALUES (2, '0002_later.sql', 'abc')`,
+      `INSERT INTO ${pg.escapeIdentifier(schema)}.migrations (version, name, checksum) VALUES (99, '0099_later.sql', 'abc')`,
     );
     const error = (await queueOn(schema).migrate())._unsafeUnwrapErr();
     expect(error).toMatchObject({
       kind: 'MigrationChanged',
-      version: 2,
-      applied: { name: '0002_later.sql', checksum: 'abc' },
+      version: 99,
+      applied: { name: '0099_later.sql', checksum: 'abc' },
       shipped: null,
     });
   });
@@ -123,9 +123,16 @@ describe('upgrades', () => {
       const schema = `q_up_${++seq}`;
       const old = QUEUE_MIGRATIONS.filter((m) => m.version <= last);
       expect((await migrateQueue(pool, schema, {}, old))._unsafeUnwrap().version).toBe(last);
+      // Jobs as that version's code left them: pending, and one running under its claim function.
+      const s = pg.escapeIdentifier(schema);
+      await pool.query(
+        `INSERT INTO ${s}.jobs (task, payload) SELECT 'email', jsonb_build_object('to', t) FROM unnest(ARRAY['a', 'b', 'c']) t`,
+      );
+      const claimedBefore = await pool.query<{ id: string; lease_token: string }>(
+        `SELECT id::text, lease_token::text FROM ${s}.claim_jobs(1, 30000, ARRAY['email'])`,
+      );
+      const running = claimedBefore.rows.map((r) => ({ id: r.id, leaseToken: r.lease_token }))[0];
       const queue = queueOn(schema);
-      (await queue.enqueueMany(pool, 'email', [{ to: 'a' }, { to: 'b' }, { to: 'c' }]))._unsafeUnwrap();
-      const [running] = (await queue.claim({ batch: 1 }))._unsafeUnwrap();
       const newest = QUEUE_MIGRATIONS.length;
       expect((await queue.migrate())._unsafeUnwrap()).toEqual({
         applied: QUEUE_MIGRATIONS.filter((m) => m.version > last).map((m) => m.version),

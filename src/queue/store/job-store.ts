@@ -170,6 +170,8 @@ export interface QueueSettings {
   readonly txManager: QueueTxManager;
   /** Task → capabilities a worker needs to claim it. */
   readonly requires: Readonly<Record<string, readonly string[]>>;
+  /** The payload schema of a task: a job enqueued from SQL is validated by it before its handler runs. */
+  schemaOf(task: string): PayloadSchema | undefined;
 }
 
 /** The queue's upkeep that workers run on timers: health gauges, retention, the scheduler. */

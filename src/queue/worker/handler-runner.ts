@@ -12,7 +12,8 @@ import type { QueueProcess } from '../../observability/queue-telemetry.js';
 import { freeClients } from '../../tx/acquire-client.js';
 import type { Tx } from '../../tx/types.js';
 import { errorText } from '../error-text.js';
-import type { Job } from '../job.js';
+import { type Job, uncheckedPayloads } from '../job.js';
+import { validatePayload } from '../payload-schema.js';
 import { progressJson } from '../progress-json.js';
 import type {
   FailResult,
@@ -32,7 +33,7 @@ import type { JobContext, JobHandler, JobOutcome, WorkerHooks, WorkerPhase } fro
 export type RunnerStore = Pick<SettleStore, 'completeWithin'> &
   Pick<LeaseStore, 'extendMany'> &
   ProgressStore &
-  Pick<QueueSettings, 'pool' | 'txManager' | 'telemetry'>;
+  Pick<QueueSettings, 'pool' | 'txManager' | 'telemetry' | 'schemaOf'>;
 
 /** Thrown into a handler's signal when it runs past `handlerTimeout`. */
 export class HandlerTimeoutError extends Error {
@@ -68,6 +69,8 @@ export interface Running {
   durationMs: number;
   /** What the handler threw (a failed run, while its failure is written). */
   failure: unknown;
+  /** The failure is final: the job goes dead whatever attempts are left (a payload its schema refuses). */
+  final?: boolean;
   /** The run is over and counted out (see #finish). */
   finished: boolean;
   /** The processing span (OpenTelemetry), when something records. */
@@ -413,12 +416,27 @@ export class HandlerRunner {
     const span = this.#store.telemetry.process(job);
     running.span = span;
     if (handler === undefined) return new Error(`no handler for task "${job.task}"`);
+    // A job enqueued from SQL: its payload meets the task's schema now. One that does not fails alone,
+    // dead at once (another attempt would read the same payload), with the schema's issues as its error.
+    let payload = job.payload;
+    if (uncheckedPayloads.has(job)) {
+      const schema = this.#store.schemaOf(job.task);
+      const checked = schema === undefined ? undefined : validatePayload(schema, job.payload);
+      if (checked !== undefined) {
+        if (checked.isErr()) {
+          running.final = true;
+          return checked.error;
+        }
+        payload = checked.value;
+      }
+    }
     const ms = this.#o.handlerTimeout;
     if (ms !== undefined) running.timer = setTimeout(() => this.#timedOut(running, ms), ms);
     let result: unknown;
     try {
       const context = new RunContext(running, this.#store, this.#o.progressIntervalMs, this.#lost);
-      result = span === undefined ? handler(job, context) : span.run(() => handler(job, context));
+      const run = payload === job.payload ? job : { ...job, payload };
+      result = span === undefined ? handler(run, context) : span.run(() => handler(run, context));
     } catch (e) {
       return e;
     }
@@ -492,7 +510,11 @@ export class HandlerRunner {
       return;
     }
     running.failure = failure;
-    this.#batcher.fail({ job: running.job, error: errorText(failure), final: false }, running, this.#failed);
+    this.#batcher.fail(
+      { job: running.job, error: errorText(failure), final: running.final === true },
+      running,
+      this.#failed,
+    );
   }
 
   readonly #completed = (outcome: SettleOutcome<'completed'>, running: Running): void => {
