@@ -15,7 +15,10 @@ export interface Job<P = unknown> {
   readonly id: string;
   /** Task name. */
   readonly task: string;
-  /** The payload, as validated by the task's schema when it was enqueued. */
+  /**
+   * The payload, as validated by the task's schema when it was enqueued (a job enqueued from SQL: when
+   * it runs, before its handler).
+   */
   readonly payload: P;
   /** Lower runs first. */
   readonly priority: number;
@@ -83,8 +86,8 @@ export interface EnqueuedJob {
  *   maxAttempts, leaseToken, leaseExpiresAt ms, createdAt ms; whole epoch milliseconds), the jobs joined
  *   by semicolons (neither can occur in a field);
  * - `tasks`, `payloads`: JSON arrays of the task names and the payloads, in the same order;
- * - `extras`: a JSON array holding, per job, null or [key, lastError, progress, group, traceContext]
- *   (the fields that are usually NULL).
+ * - `extras`: a JSON array holding, per job, null or [key, lastError, progress, group, traceContext,
+ *   unchecked] (the fields that are usually NULL; `unchecked`: enqueued from SQL, payload not validated).
  * All four are NULL when nothing was claimed. The limited claim adds `waitMs`: when the soonest full rate
  * window that stopped it frees a place, or NULL.
  */
