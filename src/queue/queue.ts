@@ -70,7 +70,6 @@ import type {
   CompleteManyResult,
   FailItem,
   FailResult,
-  JobStore,
   QueueTxManager,
   ReapResult,
   TaskMap,
@@ -81,6 +80,7 @@ import { runStatement } from './store/run-statement.js';
 import { invalidLease, isJobId } from './store/split-leases.js';
 import type { WorkHandlers, WorkOptionsInput } from './worker/work-options.js';
 import { QueueWorker } from './worker/worker.js';
+import type { JobStore } from './worker/worker-port.js';
 
 const ENQUEUE_RACE_RETRIES = 5;
 const REDRIVE_RACE_RETRIES = 5;

@@ -1,20 +1,13 @@
-import { ResultAsync } from 'neverthrow';
+import type { ResultAsync } from 'neverthrow';
 import type pg from 'pg';
-import { classify } from '../../errors/classify.js';
 import type { DatabaseFailure } from '../../errors/errors.js';
-import type { Db, Queryable } from '../../tx/types.js';
+import { asResult, runQuery } from '../../patterns/run-query.js';
+import type { Db } from '../../tx/types.js';
 import { RAW_TEXT } from '../job.js';
-
-/** Maps a driver error to the taxonomy; anything that is not a database failure is a defect: rethrown. */
-export function dbError(e: unknown): DatabaseFailure {
-  const failure = classify(e);
-  if (failure === undefined) throw e;
-  return failure as DatabaseFailure;
-}
 
 /**
  * Runs one of the queue's statements on `db` (a transaction or the pool); a driver error comes back as
- * its {@link DatabaseFailure}, anything else is rethrown.
+ * its {@link DatabaseFailure}, anything else rejects unchanged (`runQuery`'s classify-or-rethrow).
  *
  * @example
  * const res = await runStatement<{ id: string }>(pool, sql.cancel, ['42']);
@@ -24,7 +17,7 @@ export function runStatement<R extends pg.QueryResultRow>(
   text: string,
   values: readonly unknown[],
 ): ResultAsync<pg.QueryResult<R>, DatabaseFailure> {
-  return ResultAsync.fromPromise((db as Queryable).query<R>(text, values), dbError);
+  return runQuery<R>(db, text, values);
 }
 
 /**
@@ -39,6 +32,5 @@ export function runTuples<R extends unknown[]>(
   text: string,
   values: readonly unknown[],
 ): ResultAsync<pg.QueryArrayResult<R>, DatabaseFailure> {
-  const query = pool.query<R>({ text, values: [...values], rowMode: 'array', types: RAW_TEXT });
-  return ResultAsync.fromPromise(query, dbError);
+  return asResult(pool.query<R>({ text, values: [...values], rowMode: 'array', types: RAW_TEXT }));
 }

@@ -1,5 +1,5 @@
 import type { GaugeReading } from '../../observability/queue-telemetry.js';
-import type { QueueUpkeep } from '../store/job-store.js';
+import type { QueueUpkeep } from './worker-port.js';
 
 /**
  * The queue's gauges for OpenTelemetry, from one `metrics()` statement; undefined when it failed

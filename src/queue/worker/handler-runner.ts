@@ -15,16 +15,11 @@ import { errorText } from '../error-text.js';
 import { type Job, uncheckedPayloads } from '../job.js';
 import { validatePayload } from '../payload-schema.js';
 import { progressJson } from '../progress-json.js';
-import type {
-  FailResult,
-  LeaseStore,
-  ProgressStore,
-  QueueSettings,
-  SettleStore,
-} from '../store/job-store.js';
+import type { FailResult, LeaseStore, ProgressStore, SettleStore } from '../store/job-store.js';
 import { ProgressWriter } from './progress-writer.js';
 import type { SettleBatcher, SettleOutcome } from './settle-batcher.js';
 import type { JobContext, JobHandler, JobOutcome, WorkerHooks, WorkerPhase } from './work-options.js';
+import type { QueueSettings } from './worker-port.js';
 
 /**
  * What the handler runner takes from the queue: the settles (a handler's `ctx.transaction` completes its

@@ -1,7 +1,7 @@
 import { LogSink } from '../../observability/log-sink.js';
 import { parseOptions } from '../queue-options.js';
 import { ScheduleLoop } from '../schedules/schedule-loop.js';
-import type { JobStore, TaskMap } from '../store/job-store.js';
+import type { TaskMap } from '../store/job-store.js';
 import { Wakeup } from '../wakeup.js';
 import { gaugeReading } from './gauge-reading.js';
 import { HandlerRunner, type Running } from './handler-runner.js';
@@ -19,6 +19,7 @@ import {
   type WorkOptionsInput,
   workOptionsSchema,
 } from './work-options.js';
+import type { JobStore } from './worker-port.js';
 
 /**
  * A running worker (from `queue.work()`). Its `JobSupply` claims batches for its free slots and, under a
