@@ -8,9 +8,9 @@
 //        --outfile=dist-bench/queue-metrics-cost.mjs && node dist-bench/queue-metrics-cost.mjs
 import pg from 'pg';
 import { z } from 'zod/v4';
-import { Queue } from '../src/patterns/queue/queue.js';
-import { queueMetricsSql } from '../src/patterns/queue/queue-health.js';
-import { queueStatements } from '../src/patterns/queue/queue-sql.js';
+import { Queue } from '../src/queue/queue.js';
+import { queueMetricsSql } from '../src/queue/store/queue-health.js';
+import { queueStatements } from '../src/queue/store/queue-sql.js';
 import { startPostgres } from '../src/testing/start-postgres.js';
 import { TxManager } from '../src/tx/tx-manager.js';
 

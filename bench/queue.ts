@@ -24,7 +24,7 @@ import { makeWorkerUtils } from 'graphile-worker';
 import pg from 'pg';
 import PgBoss from 'pg-boss';
 import { z } from 'zod';
-import { Queue } from '../src/patterns/queue/index.js';
+import { Queue } from '../src/queue/index.js';
 import { startPostgres } from '../src/testing/start-postgres.js';
 import { createTestDatabase } from '../src/testing/test-database.js';
 import { TxManager } from '../src/tx/tx-manager.js';

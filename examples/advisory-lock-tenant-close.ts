@@ -11,7 +11,7 @@
 //   in one statement, so opposite orders cannot deadlock.
 // - A lock is not idempotency: the close is recorded with a unique constraint too (ON CONFLICT DO NOTHING).
 import pg from 'pg';
-import { advisoryKey, withAdvisoryLock } from '../src/patterns/advisory/index.js';
+import { advisoryKey, withAdvisoryLock } from '../src/advisory/index.js';
 import { startPostgres } from '../src/testing/start-postgres.js';
 import { TxManager } from '../src/tx/tx-manager.js';
 

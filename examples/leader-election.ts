@@ -13,7 +13,7 @@
 // the old leader queues up again behind the others. Never run a session lock through a
 // transaction-mode pooler (PgBouncer pool_mode=transaction, "-pooler" endpoints): SessionLock refuses it.
 import pg from 'pg';
-import { advisoryKey, listAdvisoryLocks, SessionLock } from '../src/patterns/advisory/index.js';
+import { advisoryKey, listAdvisoryLocks, SessionLock } from '../src/advisory/index.js';
 import { startPostgres } from '../src/testing/start-postgres.js';
 
 const server = process.env.DATABASE_URL ? undefined : await startPostgres();

@@ -9,7 +9,7 @@
 //    The e-mail (an external side effect) is at-least-once: give the provider an idempotency key.
 import pg from 'pg';
 import { z } from 'zod';
-import { Queue } from '../src/patterns/queue/index.js';
+import { Queue } from '../src/queue/index.js';
 import { startPostgres } from '../src/testing/start-postgres.js';
 import { TxManager } from '../src/tx/tx-manager.js';
 

@@ -17,7 +17,7 @@
 //   them one row per short transaction with FOR UPDATE SKIP LOCKED (no session locks, no duplicates).
 import { err, ok } from 'neverthrow';
 import pg from 'pg';
-import { migrateSingleRun, singleRun } from '../src/patterns/advisory/index.js';
+import { migrateSingleRun, singleRun } from '../src/advisory/index.js';
 import { startPostgres } from '../src/testing/start-postgres.js';
 import { TxManager } from '../src/tx/tx-manager.js';
 

@@ -1,5 +1,7 @@
 // Public surface of 'pg-txkit' (re-exports only): what README.md and docs/ document, nothing else
 // (test/unit/public-exports.test.ts lists it; an export added by accident fails there).
+
+export * from './advisory/index.js';
 export * from './capabilities/index.js';
 export * from './diagnostics/index.js';
 export {
@@ -26,6 +28,7 @@ export {
   LeaseLost,
   LockBusy,
   LockNotAvailable,
+  MigrationChanged,
   NotFound,
   NotInTransaction,
   NotNullViolation,
@@ -48,7 +51,6 @@ export {
   Unsupported,
 } from './errors/index.js';
 export * from './observability/index.js';
-export * from './patterns/advisory/index.js';
 export * from './patterns/index.js';
-export * from './patterns/queue/index.js';
+export * from './queue/index.js';
 export * from './tx/index.js';

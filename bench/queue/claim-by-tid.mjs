@@ -1,19 +1,19 @@
 // The claim's lease UPDATE, two ways, on the same backlog in ONE connection (interleaved rounds):
-// - 'by id' (queue migration 8): the lock step returns the locked ids and the UPDATE joins them on the
+// - 'by id' (step 8 of queue migration 0001): the lock step returns the locked ids and the UPDATE joins them on the
 //   primary key. The planner chooses that join: with a large backlog and fresh statistics it chose a
 //   hash join over a sequential scan of the whole jobs table;
-// - 'by address' (migration 9, the queue's claim): the lock step returns each locked row's ctid and the
+// - 'by address' (step 9, the queue's claim): the lock step returns each locked row's ctid and the
 //   UPDATE fetches exactly those rows (a TID scan).
 // Each round builds a fresh queue schema at the newest version, fills it with 50,000 jobs (VACUUM
-// ANALYZE: fresh statistics), puts migration 8's claim function back for 'by id', then claims 500 at a
+// ANALYZE: fresh statistics), puts step 8's claim function back for 'by id', then claims 500 at a
 // time and completes each batch until the table is empty. Reported per design: the backend's CPU per job
 // (claims and completions together, from /proc: the server must run on this machine) and the rows of the
 // jobs table read by sequential scans, per claim (pg_stat_user_tables before and after the burn-down).
 // Run: npm run build && node bench/queue/claim-by-tid.mjs  (PGTXKIT_TID_ROUNDS, PGTXKIT_TID_JOBS)
 import { loadavg } from 'node:os';
 import pg from 'pg';
-import { jobsFromClaim, RAW_TEXT } from '../../dist/patterns/queue/job.js';
-import { claimTokenMigration } from '../../dist/patterns/queue/migrations/claim-token-migration.js';
+import { jobsFromClaim, RAW_TEXT } from '../../dist/queue/job.js';
+import { QUEUE_MIGRATIONS } from '../../dist/queue/schema/queue-migrations.generated.js';
 import { createTestDatabase, startPostgres } from '../../dist/testing/index.js';
 import { filledQueue } from './filled-queue.mjs';
 import { backendCpuUs } from './server-cpu.mjs';
@@ -43,8 +43,17 @@ async function seqTupRead(client) {
   return Number(r[1].rows[0].seq_tup_read);
 }
 
+/** Step 8 of migration 0001 (the claim by id, before step 9's by address), cut from the frozen file. */
+function claimByIdStep() {
+  const sql = QUEUE_MIGRATIONS[0].sql;
+  const from = sql.indexOf('-- ===== step 8 ');
+  const to = sql.indexOf('-- ===== step 9 ');
+  if (from < 0 || to < 0) throw new Error('migration 0001 has no step 8');
+  return sql.slice(from, to);
+}
+
 async function round(design) {
-  const byId = claimTokenMigration.sql.replaceAll('{{schema}}', '"q"');
+  const byId = claimByIdStep().replaceAll('{{schema}}', '"q"');
   const { statements: s } = await filledQueue(pool, {
     jobs: JOBS,
     sql: design === 'by id' ? byId : undefined,

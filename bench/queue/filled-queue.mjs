@@ -3,7 +3,7 @@
 // take-over.mjs).
 import { z } from 'zod';
 import { Queue, TxManager } from '../../dist/index.js';
-import { queueStatements } from '../../dist/patterns/queue/queue-sql.js';
+import { queueStatements } from '../../dist/queue/store/queue-sql.js';
 
 /**
  * Drops and re-creates schema `q` at the newest version, runs `sql` (a variant of the queue's functions)

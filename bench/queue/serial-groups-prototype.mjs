@@ -23,7 +23,7 @@
 // Run: npm run build && node bench/queue/serial-groups-prototype.mjs  (PGTXKIT_PROTO_ROUNDS, PGTXKIT_PROTO_GROUPS)
 import { loadavg } from 'node:os';
 import pg from 'pg';
-import { jobsFromClaim, RAW_TEXT } from '../../dist/patterns/queue/job.js';
+import { jobsFromClaim, RAW_TEXT } from '../../dist/queue/job.js';
 import { createTestDatabase, startPostgres } from '../../dist/testing/index.js';
 import { filledQueue } from './filled-queue.mjs';
 import { backendCpuUs } from './server-cpu.mjs';

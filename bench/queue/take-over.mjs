@@ -15,7 +15,7 @@
 // PGTXKIT_TAKEOVER_STEP)
 import { loadavg } from 'node:os';
 import pg from 'pg';
-import { jobsFromClaim, RAW_TEXT } from '../../dist/patterns/queue/job.js';
+import { jobsFromClaim, RAW_TEXT } from '../../dist/queue/job.js';
 import { createTestDatabase, startPostgres } from '../../dist/testing/index.js';
 import { filledQueue } from './filled-queue.mjs';
 import { backendCpuUs } from './server-cpu.mjs';

@@ -2,13 +2,8 @@
 // its tasks, its schedule and one replica's worker. The story and the design are told there.
 import type pg from 'pg';
 import { z } from 'zod';
-import { migrateSingleRun, singleRun } from '../../src/patterns/advisory/index.js';
-import {
-  Queue,
-  type QueueWorker,
-  type ScheduleDefinition,
-  scheduledTick,
-} from '../../src/patterns/queue/index.js';
+import { migrateSingleRun, singleRun } from '../../src/advisory/index.js';
+import { Queue, type QueueWorker, type ScheduleDefinition, scheduledTick } from '../../src/queue/index.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
 
 /** The channels every post goes to. */

@@ -7,6 +7,7 @@ import { runDemo } from './demo.js';
 import { runDoctor } from './doctor.js';
 import { EXIT } from './exit-codes.js';
 import { runIsolation } from './isolation.js';
+import { runWorker } from './worker.js';
 
 function version(): string {
   try {
@@ -237,6 +238,29 @@ export async function main(argv: string[], ioOverride?: CliIo): Promise<number> 
           spec,
           expected: opts.expected as string | undefined,
           regressSettings: opts.pgRegressSettings === true,
+        },
+        io,
+      );
+    });
+
+  program
+    .command('worker')
+    .description("run a queue's worker from a module of task handlers until SIGTERM or Ctrl-C")
+    .requiredOption('--tasks <module>', "module exporting 'tasks' (name → payload schema) and 'handlers'")
+    .option('--url <conn>', 'connection string (default: $DATABASE_URL)')
+    .option('--concurrency <n>', 'handlers running at once', intIn(1, 1000), 8)
+    .option('--schema <name>', "the queue's schema (default: the module's queue.schema, else pgtxkit_queue)")
+    .option('--no-migrate', 'do not create or upgrade the schema at start')
+    .option('--json', 'JSON log lines on stdout', false)
+    .action(async (opts: Record<string, unknown>) => {
+      code = await runWorker(
+        {
+          url: connection(opts.url as string | undefined, io.env),
+          tasks: opts.tasks as string,
+          concurrency: opts.concurrency as number,
+          schema: opts.schema as string | undefined,
+          migrate: opts.migrate !== false,
+          json: opts.json === true,
         },
         io,
       );

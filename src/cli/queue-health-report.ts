@@ -1,6 +1,6 @@
 import pg from 'pg';
-import { type QueueMetrics, readQueueMetrics } from '../patterns/queue/queue-health.js';
 import { runQuery } from '../patterns/run-query.js';
+import { type QueueMetrics, readQueueMetrics } from '../queue/store/queue-health.js';
 
 /** A finding about a queue: what is wrong, and what to do. */
 export interface QueueFinding {
@@ -36,7 +36,7 @@ export interface QueueHealthOptions {
 }
 
 // No lock (catalog reads): schemas that hold a pg-txkit queue — a migrations table, a jobs table and
-// the claim_jobs function of queue migration 2.
+// the claim_jobs function of queue migration 0001.
 const FIND_QUEUES_SQL = `
   SELECT n.nspname AS schema
     FROM pg_namespace n

@@ -1,7 +1,7 @@
 import { err, ok, type Result, ResultAsync } from 'neverthrow';
 import { z } from 'zod/v4';
+import { findLeakedAdvisoryLocks } from '../advisory/find-leaked-advisory-locks.js';
 import { type DatabaseFailure, InvalidOptions } from '../errors/index.js';
-import { findLeakedAdvisoryLocks } from '../patterns/advisory/find-leaked-advisory-locks.js';
 import { durationSchema } from '../tx/duration.js';
 import type { Queryable } from '../tx/types.js';
 import { type BlockingNode, buildBlockingForest, queuedBehind } from './blocking-forest.js';

@@ -444,6 +444,47 @@ export class ScheduleFailed extends TxKitError {
   }
 }
 
+/**
+ * A queue schema records a migration that differs from the one this version ships: the migration was
+ * edited after it was applied (its recorded sha-256 is not the shipped file's), or the schema was
+ * migrated by a build whose history this one does not have. `migrate()` applies nothing then: a frozen
+ * migration is never edited, so a difference means the schema is not what the code expects.
+ *
+ * @example
+ * const r = await queue.migrate();
+ * if (r.isErr() && r.error.kind === 'MigrationChanged') console.error(r.error.version, r.error.applied, r.error.shipped);
+ */
+export class MigrationChanged extends TxKitError {
+  /** The failure kind, `'MigrationChanged'`: switch on it. */
+  readonly kind = 'MigrationChanged' as const;
+  /** The schema whose migrations table disagrees. */
+  readonly schema: string;
+  /** The version that differs. */
+  readonly version: number;
+  /** What the schema recorded for it: file name and sha-256 (null when the row has no checksum). */
+  readonly applied: { readonly name: string; readonly checksum: string | null };
+  /** What this version ships for it (null: it ships no such version). */
+  readonly shipped: { readonly name: string; readonly checksum: string } | null;
+  constructor(
+    schema: string,
+    version: number,
+    applied: { readonly name: string; readonly checksum: string | null },
+    shipped: { readonly name: string; readonly checksum: string } | null,
+  ) {
+    const what =
+      shipped === null
+        ? `it records ${applied.name}, which this version does not ship`
+        : applied.name !== shipped.name
+          ? `it records ${applied.name}, this version ships ${shipped.name}`
+          : `${applied.name} was applied with sha-256 ${applied.checksum ?? '(none)'}, this version ships ${shipped.checksum}`;
+    super(`queue schema ${schema}, migration ${version}: ${what}; nothing applied`);
+    this.schema = schema;
+    this.version = version;
+    this.applied = applied;
+    this.shipped = shipped;
+  }
+}
+
 /** An operation that only makes sense inside a transaction (row locks, `mandatory`) ran outside one. */
 export class NotInTransaction extends TxKitError {
   /** The failure kind, `'NotInTransaction'`: switch on it. */
@@ -611,6 +652,7 @@ export type TxKitErrorKind =
   | LeaseLost['kind']
   | JobCancelled['kind']
   | ScheduleFailed['kind']
+  | MigrationChanged['kind']
   | Overlap['kind']
   | InProgress['kind']
   | IdempotencyConflict['kind']

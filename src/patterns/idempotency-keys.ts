@@ -1,5 +1,6 @@
 import { err, errAsync, ok, type Result, ResultAsync } from 'neverthrow';
 import { z } from 'zod/v4';
+import { advisoryKey } from '../advisory/advisory-key.js';
 import {
   IdempotencyConflict,
   InProgress,
@@ -12,7 +13,6 @@ import { isResult } from '../tx/is-result.js';
 import type { ErrOf, OkOf, TxManager } from '../tx/tx-manager.js';
 import type { ConstraintErrors } from '../tx/tx-manager-options.js';
 import type { Tx } from '../tx/types.js';
-import { advisoryKey } from './advisory/advisory-key.js';
 import { parseOptions } from './parse-options.js';
 import { derivedName, quoteName, tableNameSchema } from './sql-identifier.js';
 import { decodeStoredResult, encodeStoredResult } from './stored-result.js';

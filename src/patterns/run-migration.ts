@@ -1,9 +1,9 @@
 import { ResultAsync } from 'neverthrow';
 import type pg from 'pg';
+import { advisoryKey, sortedUniqueKeys } from '../advisory/advisory-key.js';
+import { acquireXactLocks } from '../advisory/with-advisory-lock.js';
 import { classify, type DatabaseFailure } from '../errors/index.js';
 import { type Db, inTransaction, type Queryable } from '../tx/types.js';
-import { advisoryKey, sortedUniqueKeys } from './advisory/advisory-key.js';
-import { acquireXactLocks } from './advisory/with-advisory-lock.js';
 import { quoteName } from './sql-identifier.js';
 
 /** What a migration locks and needs. */

@@ -18,8 +18,14 @@ export function runQuery<R extends pg.QueryResultRow = Record<string, unknown>>(
   return asResult((db as Queryable).query<R>(text, values));
 }
 
-/** A driver promise as a value: a database failure is an `Err`, anything else (a defect) rejects unchanged. */
-function asResult<T>(promise: Promise<T>): ResultAsync<T, DatabaseFailure> {
+/**
+ * A driver promise as a value: a database failure is an `Err`, anything else (a defect) rejects
+ * unchanged. The one classify-or-rethrow of the statements the patterns and the queue run.
+ *
+ * @example
+ * const res = await asResult(pool.query({ text: 'SELECT 1', rowMode: 'array' }));
+ */
+export function asResult<T>(promise: Promise<T>): ResultAsync<T, DatabaseFailure> {
   return new ResultAsync(
     promise.then(
       (value) => ok(value),

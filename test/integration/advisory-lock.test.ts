@@ -1,8 +1,8 @@
 import { err } from 'neverthrow';
 import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
-import { advisoryKey, advisoryKeyPair } from '../../src/patterns/advisory/advisory-key.js';
-import { withAdvisoryLock } from '../../src/patterns/advisory/with-advisory-lock.js';
+import { advisoryKey, advisoryKeyPair } from '../../src/advisory/advisory-key.js';
+import { withAdvisoryLock } from '../../src/advisory/with-advisory-lock.js';
 import { FaultProxy } from '../../src/testing/fault-proxy.js';
 import { gate } from '../../src/testing/gate.js';
 import { TxManager } from '../../src/tx/tx-manager.js';

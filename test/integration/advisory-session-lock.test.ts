@@ -1,11 +1,8 @@
 import pg from 'pg';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { advisoryKey } from '../../src/patterns/advisory/advisory-key.js';
-import {
-  findLeakedAdvisoryLocks,
-  listAdvisoryLocks,
-} from '../../src/patterns/advisory/find-leaked-advisory-locks.js';
-import { SessionLock } from '../../src/patterns/advisory/session-lock.js';
+import { advisoryKey } from '../../src/advisory/advisory-key.js';
+import { findLeakedAdvisoryLocks, listAdvisoryLocks } from '../../src/advisory/find-leaked-advisory-locks.js';
+import { SessionLock } from '../../src/advisory/session-lock.js';
 import { FaultProxy } from '../../src/testing/fault-proxy.js';
 import { useTestDatabase } from '../helpers.js';
 

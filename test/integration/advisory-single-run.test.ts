@@ -3,7 +3,7 @@ import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { err, ok } from 'neverthrow';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { migrateSingleRun, singleRun } from '../../src/patterns/advisory/single-run.js';
+import { migrateSingleRun, singleRun } from '../../src/advisory/single-run.js';
 import { gate } from '../../src/testing/gate.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
 import { useTestDatabase } from '../helpers.js';
@@ -178,9 +178,9 @@ describe('singleRun', () => {
 
   it('8 concurrent callers across 3 processes: exactly one run per key, everyone sees its result', async () => {
     const dist = process.env.PG_TXKIT_DIST ?? fileURLToPath(new URL('../../dist', import.meta.url));
-    if (!existsSync(`${dist}/patterns/advisory/single-run.js`)) {
+    if (!existsSync(`${dist}/advisory/single-run.js`)) {
       throw new Error(
-        `${dist}/patterns/advisory/single-run.js is missing: run \`npm run build\` first (npm test does)`,
+        `${dist}/advisory/single-run.js is missing: run \`npm run build\` first (npm test does)`,
       );
     }
     const keys = Array.from({ length: 12 }, (_, i) => `day-${i}`);

@@ -54,6 +54,8 @@ export function runBin(
     timeoutMs?: number;
     env?: Record<string, string>;
     onStderr?: (text: string, pid: number) => void;
+    /** Called with the whole stdout so far whenever more arrives (a long-running command's lines). */
+    onStdout?: (text: string, pid: number) => void;
     /** Start it in a process group of its own, as a terminal does: `process.kill(-pid, …)` then reaches the group. */
     group?: boolean;
   } = {},
@@ -70,6 +72,7 @@ export function runBin(
     let stderr = '';
     child.stdout.on('data', (d: Buffer) => {
       stdout += d.toString();
+      if (child.pid !== undefined) options.onStdout?.(stdout, child.pid);
     });
     child.stderr.on('data', (d: Buffer) => {
       stderr += d.toString();

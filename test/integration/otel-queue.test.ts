@@ -4,6 +4,7 @@ import { z } from 'zod/v4';
 import { Queue, TxManager } from '../../src/index.js';
 import { registerOtel } from '../fixtures/otel-sdk.js';
 import { eventually } from '../fixtures/queue-helpers.js';
+import { setNextRun } from '../fixtures/schedule-helpers.js';
 import { useTestDatabase } from '../helpers.js';
 
 const otel = registerOtel();
@@ -92,5 +93,32 @@ describe('OpenTelemetry spans of the queue', () => {
       `00-${send?.spanContext().traceId}-${send?.spanContext().spanId}-01`,
       `00-${send?.spanContext().traceId}-${send?.spanContext().spanId}-01`,
     ]);
+  });
+
+  it("a schedule's tick job carries the trace context of the pass that enqueued it", async () => {
+    const queue = new Queue({
+      pool,
+      txManager: new TxManager(pool),
+      schema: 'otel_q3',
+      tasks: { t: z.object({}) },
+      schedules: { hourly: { every: '1h', task: 't', missed: 'once', grace: '1d' } },
+    });
+    (await queue.migrate())._unsafeUnwrap();
+    (await queue.fireSchedules())._unsafeUnwrap();
+    await setNextRun(pool, 'otel_q3', 'hourly', new Date(Date.now() - 3_600_000));
+    otel.reset();
+    const pass = (await queue.fireSchedules())._unsafeUnwrap();
+    expect(pass.fired.length).toBeGreaterThan(0);
+    // One producer span for the ticks a pass fires of one schedule (as for an enqueueMany).
+    const sends = otel.spans().filter((s) => s.name === 'send t');
+    expect(sends).toHaveLength(1);
+    const send = sends[0];
+    expect(send?.kind).toBe(api.SpanKind.PRODUCER);
+    const jobs = (await queue.claim({ batch: 10 }))._unsafeUnwrap();
+    expect(jobs.map((j) => j.id).sort()).toEqual(pass.fired.map((f) => f.jobId).sort());
+    for (const job of jobs)
+      expect(job.traceContext?.traceparent).toBe(
+        `00-${send?.spanContext().traceId}-${send?.spanContext().spanId}-01`,
+      );
   });
 });

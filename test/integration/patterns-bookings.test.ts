@@ -1,5 +1,5 @@
 import { afterAll, beforeEach, describe, expect, it } from 'vitest';
-import { advisoryKey, keyFromLockTag } from '../../src/patterns/advisory/advisory-key.js';
+import { advisoryKey, keyFromLockTag } from '../../src/advisory/advisory-key.js';
 import { Bookings } from '../../src/patterns/bookings.js';
 import { gate } from '../../src/testing/gate.js';
 import { TxManager } from '../../src/tx/tx-manager.js';

@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
-import { migrateSingleRun } from '../../src/patterns/advisory/single-run.js';
+import { migrateSingleRun } from '../../src/advisory/single-run.js';
 import { Bookings } from '../../src/patterns/bookings.js';
 import { IdempotencyKeys } from '../../src/patterns/idempotency-keys.js';
 import { createTestDatabase } from '../../src/testing/test-database.js';

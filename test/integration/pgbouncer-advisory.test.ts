@@ -1,11 +1,11 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { advisoryKey } from '../../src/patterns/advisory/advisory-key.js';
-import { SessionLock } from '../../src/patterns/advisory/session-lock.js';
-import { migrateSingleRun, singleRun } from '../../src/patterns/advisory/single-run.js';
-import { withAdvisoryLock } from '../../src/patterns/advisory/with-advisory-lock.js';
-import { Queue } from '../../src/patterns/queue/queue.js';
+import { advisoryKey } from '../../src/advisory/advisory-key.js';
+import { SessionLock } from '../../src/advisory/session-lock.js';
+import { migrateSingleRun, singleRun } from '../../src/advisory/single-run.js';
+import { withAdvisoryLock } from '../../src/advisory/with-advisory-lock.js';
+import { Queue } from '../../src/queue/queue.js';
 import { gate } from '../../src/testing/gate.js';
 import {
   findPgBouncer,

@@ -3,7 +3,7 @@
 import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { Queue } from '../../src/patterns/queue/index.js';
+import { Queue } from '../../src/queue/index.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
 import { useTestDatabase } from '../helpers.js';
 

@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { Queue } from '../../src/patterns/queue/index.js';
+import { Queue } from '../../src/queue/index.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
 import { backendPid, expireLeases, leaks, queueClient, untilBlocked } from '../fixtures/queue-helpers.js';
 import { useTestDatabase } from '../helpers.js';
@@ -39,10 +39,10 @@ describe('migrate', () => {
     );
     const results = await Promise.all(queues.map((q) => q.migrate()));
     const applied = results.map((r) => r._unsafeUnwrap().applied.length);
-    expect(applied.filter((n) => n > 0)).toEqual([11]);
-    expect(results.every((r) => r._unsafeUnwrap().version === 11)).toBe(true);
+    expect(applied.filter((n) => n > 0)).toEqual([2]);
+    expect(results.every((r) => r._unsafeUnwrap().version === 2)).toBe(true);
     const again = await queues[0]?.migrate();
-    expect(again?._unsafeUnwrap()).toEqual({ applied: [], version: 11 });
+    expect(again?._unsafeUnwrap()).toEqual({ applied: [], version: 2 });
   });
 });
 

@@ -3,9 +3,8 @@
 import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { Queue } from '../../src/patterns/queue/index.js';
+import { Queue } from '../../src/queue/index.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
-import { queueAtVersion2 } from '../fixtures/queue-helpers.js';
 import { useTestDatabase } from '../helpers.js';
 
 const { pool, url } = await useTestDatabase({ max: 4 });
@@ -92,40 +91,3 @@ describe('bad input', () => {
 function counting(queue: Queue<typeof tasks>): pg.Pool {
   return queue.pool;
 }
-
-describe('upgrade from version 2', () => {
-  it('a queue at version 2 with pending and running jobs migrates to the newest version; its jobs still run; groups work', async () => {
-    const schema = `q_gupgrade_${++seq}`;
-    const s = pg.escapeIdentifier(schema);
-    // The schema as version 2 left it (migrate() of the previous release).
-    await queueAtVersion2(pool, schema);
-    await pool.query(
-      `INSERT INTO ${s}.jobs (task, payload) SELECT 'email', '{"to":"old"}' FROM generate_series(1, 5)`,
-    );
-    // One job is running under the old version's claim when the upgrade happens.
-    const running = await pool.query<{ id: string; lease_token: string }>(
-      `SELECT id, lease_token FROM ${s}.claim_jobs(1, 30000, ARRAY['email'])`,
-    );
-    const queue = new Queue({
-      pool,
-      txManager: new TxManager(pool),
-      schema,
-      tasks,
-      groups: { default: { concurrency: 1 } },
-    });
-    const migrated = (await queue.migrate())._unsafeUnwrap();
-    expect(migrated).toEqual({ applied: [3, 4, 5, 6, 7, 8, 9, 10, 11], version: 11 });
-    // The job claimed before the upgrade completes under its lease.
-    const old = running.rows[0];
-    expect(old).toBeDefined();
-    (await queue.complete({ id: String(old?.id), leaseToken: String(old?.lease_token) }))._unsafeUnwrap();
-    // New grouped jobs: one per group at a time, next to the old ungrouped ones.
-    (await queue.enqueueMany(pool, 'email', [{ to: 'a' }, { to: 'b' }], { group: 'g' }))._unsafeUnwrap();
-    const claimed = (await queue.claim({ batch: 10 }))._unsafeUnwrap();
-    expect(claimed.filter((j) => j.group === null)).toHaveLength(4);
-    expect(claimed.filter((j) => j.group === 'g')).toHaveLength(1);
-    expect((await queue.completeMany(claimed))._unsafeUnwrap().completed).toHaveLength(5);
-    const rest = (await queue.claim({ batch: 10 }))._unsafeUnwrap();
-    expect(rest.map((j) => j.group)).toEqual(['g']);
-  });
-});

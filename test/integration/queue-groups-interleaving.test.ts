@@ -6,7 +6,7 @@
 // version) and skips a group another claim holds: one job.
 import { afterAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { Queue } from '../../src/patterns/queue/index.js';
+import { Queue } from '../../src/queue/index.js';
 import { Schedule } from '../../src/testing/schedule.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
 import { useTestDatabase } from '../helpers.js';

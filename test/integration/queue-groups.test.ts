@@ -4,7 +4,7 @@
 import pg from 'pg';
 import { afterAll, describe, expect, it, vi } from 'vitest';
 import { z } from 'zod';
-import { type GroupsOption, type Job, Queue } from '../../src/patterns/queue/index.js';
+import { type GroupsOption, type Job, Queue } from '../../src/queue/index.js';
 import { gate } from '../../src/testing/gate.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
 import { eventually } from '../fixtures/queue-helpers.js';

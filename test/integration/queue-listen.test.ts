@@ -4,8 +4,8 @@
 import pg from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import type { JobEndEvent, QueueWorker } from '../../src/patterns/queue/index.js';
-import { Queue } from '../../src/patterns/queue/index.js';
+import type { JobEndEvent, QueueWorker } from '../../src/queue/index.js';
+import { Queue } from '../../src/queue/index.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
 import { eventually } from '../fixtures/queue-helpers.js';
 import { useTestDatabase } from '../helpers.js';

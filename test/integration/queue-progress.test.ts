@@ -1,12 +1,11 @@
-import pg from 'pg';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import type { JobEndEvent } from '../../src/patterns/queue/index.js';
-import { Queue } from '../../src/patterns/queue/index.js';
+import type { JobEndEvent } from '../../src/queue/index.js';
+import { Queue } from '../../src/queue/index.js';
 import { gate } from '../../src/testing/gate.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
 import { countingPool } from '../fixtures/counting-pool.js';
-import { expireLeases, leaks, queueAtVersion2 } from '../fixtures/queue-helpers.js';
+import { expireLeases, leaks } from '../fixtures/queue-helpers.js';
 import { useTestDatabase } from '../helpers.js';
 
 const { pool, url } = await useTestDatabase();
@@ -242,44 +241,5 @@ describe('ctx.progress', () => {
     expect(rec.all[0]?.outcome).toBe('completed');
     const [claimed] = (await queue.claim())._unsafeUnwrap();
     expect(claimed).toBeUndefined();
-  });
-});
-
-describe('upgrade', () => {
-  it('a version-2 queue with jobs in it migrates to the newest version; its jobs run and report progress', async () => {
-    const schema = `q_progress_upgrade`;
-    const s = pg.escapeIdentifier(schema);
-    // The schema as an older release left it: migrations 1 and 2 only, with jobs pending and running.
-    await queueAtVersion2(pool, schema);
-    await pool.query(
-      `INSERT INTO ${s}.jobs (task, payload) SELECT 'work', jsonb_build_object('n', g) FROM generate_series(1, 3) g`,
-    );
-    await pool.query(
-      `UPDATE ${s}.jobs SET state = 'running', attempts = 1, lease_token = gen_random_uuid(), lease_expires_at = now() - interval '1 minute' WHERE id = 1`,
-    );
-    const queue = new Queue({
-      pool: counted.pool,
-      txManager: countedTm,
-      schema,
-      tasks,
-      archive: true,
-      backoff: { baseMs: 0, capMs: 0 },
-    });
-    expect((await queue.migrate())._unsafeUnwrap()).toEqual({
-      applied: [3, 4, 5, 6, 7, 8, 9, 10, 11],
-      version: 11,
-    });
-    expect((await queue.migrate())._unsafeUnwrap()).toEqual({ applied: [], version: 11 });
-    (await queue.reap())._unsafeUnwrap();
-    const rec = ends();
-    const worker = queue.work(
-      { work: async (j, ctx) => void ctx.progress({ n: j.payload.n }) },
-      { hooks: rec.hooks },
-    );
-    await rec.ended(3);
-    await worker.stop();
-    expect(rec.all.map((e) => e.outcome)).toEqual(['completed', 'completed', 'completed']);
-    const archived = await pool.query(`SELECT id::int, state, progress FROM ${s}.jobs_archive ORDER BY id`);
-    expect(archived.rows).toEqual([1, 2, 3].map((n) => ({ id: n, state: 'done', progress: { n } })));
   });
 });

@@ -8,7 +8,7 @@ import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { afterAll, expect, it } from 'vitest';
 import { z } from 'zod';
-import { Queue } from '../../src/patterns/queue/index.js';
+import { Queue } from '../../src/queue/index.js';
 import { type StartedPostgres, startPostgres } from '../../src/testing/start-postgres.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
 import { eventually, mostWithin, recordClaims } from '../fixtures/queue-helpers.js';

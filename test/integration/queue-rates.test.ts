@@ -5,8 +5,8 @@
 import pg from 'pg';
 import { afterAll, describe, expect, it, vi } from 'vitest';
 import { z } from 'zod';
-import { limitsDeclaration } from '../../src/patterns/queue/group-limits.js';
-import { type Job, Queue, type QueueOptions } from '../../src/patterns/queue/index.js';
+import { limitsDeclaration } from '../../src/queue/group-limits.js';
+import { type Job, Queue, type QueueOptions } from '../../src/queue/index.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
 import { eventually, mostWithin, recordClaims, untilServerPasses } from '../fixtures/queue-helpers.js';
 import { useTestDatabase } from '../helpers.js';

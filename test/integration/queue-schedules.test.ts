@@ -1,7 +1,7 @@
 import type pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { Queue, type ScheduleDefinition, scheduledTick } from '../../src/patterns/queue/index.js';
+import { Queue, type ScheduleDefinition, scheduledTick } from '../../src/queue/index.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
 import { eventually, untilServerPasses } from '../fixtures/queue-helpers.js';
 import { type Replica, replica, serverHour, setNextRun } from '../fixtures/schedule-helpers.js';
@@ -197,6 +197,48 @@ describe('schedules: deploys change and remove definitions safely while versions
     const [state] = (await fresh!.queue.listSchedules())._unsafeUnwrap();
     expect(state?.enabled).toBe(false);
     expect(await jobKeys(schema)).toEqual([]);
+  });
+});
+
+describe('schedules: the jobs of a tick go through the one insert', () => {
+  it("a tick's job has the schedule's group and priority, and counts against the group's limit", async () => {
+    const schema = `q_sched_${++seq}`;
+    const q = new Queue({
+      pool,
+      txManager: tm,
+      schema,
+      tasks,
+      groups: { default: { concurrency: 1 } },
+      schedules: {
+        hourly: { every: '1h', task: 'ping', missed: { catchUp: 3 }, grace: '1d', group: 'g', priority: -7 },
+      },
+    });
+    (await q.migrate())._unsafeUnwrap();
+    (await q.fireSchedules())._unsafeUnwrap();
+    await setNextRun(pool, schema, 'hourly', new Date(Date.now() - 2 * 3_600_000 - 60_000));
+    const pass = (await q.fireSchedules())._unsafeUnwrap();
+    expect(pass.fired.length).toBeGreaterThanOrEqual(2);
+    // One group slot: one of the tick jobs at a time.
+    const claimed = (await q.claim({ batch: 10 }))._unsafeUnwrap();
+    expect(claimed).toHaveLength(1);
+    expect(claimed[0]).toMatchObject({ group: 'g', priority: -7, payload: { v: 1 } });
+    const all = await pool.query(`SELECT DISTINCT group_key, priority FROM ${schema}.jobs`);
+    expect(all.rows).toEqual([{ group_key: 'g', priority: -7 }]);
+  });
+
+  it('a group that cannot be stored (empty, NUL) is refused at definition: InvalidOptions, nothing sent', () => {
+    for (const group of ['', 'a\u0000b']) {
+      expect(
+        () =>
+          new Queue({
+            pool,
+            txManager: tm,
+            schema: 'q_never',
+            tasks,
+            schedules: { s: { every: '1h', task: 'ping', group } },
+          }),
+      ).toThrow(expect.objectContaining({ kind: 'InvalidOptions' }));
+    }
   });
 });
 

@@ -7,7 +7,7 @@
 import { ResultAsync } from 'neverthrow';
 import { describe, expect, it, vi } from 'vitest';
 import { z } from 'zod';
-import { type GroupsOption, type Job, Queue } from '../../src/patterns/queue/index.js';
+import { type GroupsOption, type Job, Queue } from '../../src/queue/index.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
 import { useTestDatabase } from '../helpers.js';
 

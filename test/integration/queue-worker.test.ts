@@ -1,8 +1,8 @@
 import pg from 'pg';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import type { Job, JobEndEvent, WorkerHooks } from '../../src/patterns/queue/index.js';
-import { Queue } from '../../src/patterns/queue/index.js';
+import type { Job, JobEndEvent, WorkerHooks } from '../../src/queue/index.js';
+import { Queue } from '../../src/queue/index.js';
 import { gate } from '../../src/testing/gate.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
 import { eventually, leaks } from '../fixtures/queue-helpers.js';

@@ -1,7 +1,7 @@
 import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { Queue } from '../../src/patterns/queue/queue.js';
+import { Queue } from '../../src/queue/queue.js';
 import { startPgBouncer } from '../../src/testing/pgbouncer.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
 import { useTestDatabase } from '../helpers.js';

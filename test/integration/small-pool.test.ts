@@ -1,13 +1,13 @@
 import pg from 'pg';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
+import { advisoryKey } from '../../src/advisory/advisory-key.js';
+import { SessionLock } from '../../src/advisory/session-lock.js';
+import { withAdvisoryLock } from '../../src/advisory/with-advisory-lock.js';
 import { lockReport } from '../../src/diagnostics/lock-report.js';
-import { advisoryKey } from '../../src/patterns/advisory/advisory-key.js';
-import { SessionLock } from '../../src/patterns/advisory/session-lock.js';
-import { withAdvisoryLock } from '../../src/patterns/advisory/with-advisory-lock.js';
 import { Bookings } from '../../src/patterns/bookings.js';
 import { IdempotencyKeys } from '../../src/patterns/idempotency-keys.js';
-import { Queue } from '../../src/patterns/queue/index.js';
+import { Queue } from '../../src/queue/index.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
 import { useTestDatabase } from '../helpers.js';
 

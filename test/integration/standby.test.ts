@@ -3,7 +3,7 @@ import pg from 'pg';
 import { afterAll, expect, it } from 'vitest';
 import { capabilities } from '../../src/capabilities/capabilities.js';
 import { Unsupported } from '../../src/errors/errors.js';
-import { JobListener } from '../../src/patterns/queue/job-listener.js';
+import { JobListener } from '../../src/queue/worker/job-listener.js';
 import { type StartedPostgres, startPostgres } from '../../src/testing/start-postgres.js';
 import type { StartedStandby } from '../../src/testing/start-standby.js';
 

@@ -1,7 +1,7 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import type { JobEndEvent } from '../../src/patterns/queue/index.js';
-import { Queue } from '../../src/patterns/queue/index.js';
+import type { JobEndEvent } from '../../src/queue/index.js';
+import { Queue } from '../../src/queue/index.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
 import { useTestDatabase } from '../helpers.js';
 

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { SessionLock } from '../../src/patterns/advisory/session-lock.js';
-import { withAdvisoryLock } from '../../src/patterns/advisory/with-advisory-lock.js';
+import { SessionLock } from '../../src/advisory/session-lock.js';
+import { withAdvisoryLock } from '../../src/advisory/with-advisory-lock.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
 import { useTestDatabase } from '../helpers.js';
 import { countingPool } from './tx-support.js';

@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { afterAll, describe, expect, it } from 'vitest';
-import { advisoryKey } from '../../src/patterns/advisory/advisory-key.js';
-import { withAdvisoryLock } from '../../src/patterns/advisory/with-advisory-lock.js';
+import { advisoryKey } from '../../src/advisory/advisory-key.js';
+import { withAdvisoryLock } from '../../src/advisory/with-advisory-lock.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
 import { useTestDatabase } from '../helpers.js';
 

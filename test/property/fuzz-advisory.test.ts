@@ -1,11 +1,11 @@
 import fc from 'fast-check';
 import { ok } from 'neverthrow';
 import { describe, expect, it } from 'vitest';
-import { advisoryKey, advisoryKeyPair, isAdvisoryKey } from '../../src/patterns/advisory/advisory-key.js';
-import { findLeakedAdvisoryLocks } from '../../src/patterns/advisory/find-leaked-advisory-locks.js';
-import { SessionLock } from '../../src/patterns/advisory/session-lock.js';
-import { migrateSingleRun, singleRun } from '../../src/patterns/advisory/single-run.js';
-import { withAdvisoryLock } from '../../src/patterns/advisory/with-advisory-lock.js';
+import { advisoryKey, advisoryKeyPair, isAdvisoryKey } from '../../src/advisory/advisory-key.js';
+import { findLeakedAdvisoryLocks } from '../../src/advisory/find-leaked-advisory-locks.js';
+import { SessionLock } from '../../src/advisory/session-lock.js';
+import { migrateSingleRun, singleRun } from '../../src/advisory/single-run.js';
+import { withAdvisoryLock } from '../../src/advisory/with-advisory-lock.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
 import { useTestDatabase } from '../helpers.js';
 import {

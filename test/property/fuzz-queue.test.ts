@@ -2,8 +2,8 @@ import { randomUUID } from 'node:crypto';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import type { JobLease } from '../../src/patterns/queue/job.js';
-import { Queue } from '../../src/patterns/queue/queue.js';
+import type { JobLease } from '../../src/queue/job.js';
+import { Queue } from '../../src/queue/queue.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
 import { useTestDatabase } from '../helpers.js';
 import {

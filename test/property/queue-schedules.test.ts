@@ -1,8 +1,8 @@
 import fc from 'fast-check';
 import { afterAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { Queue } from '../../src/patterns/queue/index.js';
-import { nextTick } from '../../src/patterns/queue/schedule-ticks.js';
+import { Queue } from '../../src/queue/index.js';
+import { nextTick } from '../../src/queue/schedules/schedule-ticks.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
 import { replica, serverHour, setNextRun } from '../fixtures/schedule-helpers.js';
 import { useTestDatabase } from '../helpers.js';

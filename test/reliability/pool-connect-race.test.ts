@@ -1,7 +1,7 @@
 import pg from 'pg';
 import { afterAll, expect, it } from 'vitest';
 import { z } from 'zod';
-import { Queue } from '../../src/patterns/queue/index.js';
+import { Queue } from '../../src/queue/index.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
 import { startTerminatingServer } from '../fixtures/reliability-fake-server.js';
 

@@ -3,7 +3,7 @@ import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { afterAll, expect, it } from 'vitest';
 import { z } from 'zod';
-import { Queue } from '../../src/patterns/queue/index.js';
+import { Queue } from '../../src/queue/index.js';
 import { FaultProxy } from '../../src/testing/fault-proxy.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
 import { seededRandom } from '../fixtures/seeded-random.mjs';

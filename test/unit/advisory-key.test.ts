@@ -9,7 +9,7 @@ import {
   keyFromLockTag,
   lockTagOf,
   sortedUniqueKeys,
-} from '../../src/patterns/advisory/advisory-key.js';
+} from '../../src/advisory/advisory-key.js';
 
 describe('advisoryKey', () => {
   it('is the first 8 bytes of sha256("namespace:id"), signed big-endian — fixed vectors (a public contract)', () => {

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { limitsDeclaration, ratesDeclared } from '../../src/patterns/queue/group-limits.js';
-import { parseOptions, queueOptionsSchema } from '../../src/patterns/queue/queue-options.js';
+import { limitsDeclaration, ratesDeclared } from '../../src/queue/group-limits.js';
+import { parseOptions, queueOptionsSchema } from '../../src/queue/queue-options.js';
 
 const base = { pool: { connect() {}, query() {} }, txManager: { do() {} }, tasks: {} };
 

@@ -29,6 +29,7 @@ const EXPECTED = {
     'LeaseLost',
     'LockBusy',
     'LockNotAvailable',
+    'MigrationChanged',
     'NotFound',
     'NotInTransaction',
     'NotNullViolation',

@@ -1,10 +1,10 @@
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { Queue } from '../../src/patterns/queue/index.js';
-import { migrationLockKey } from '../../src/patterns/queue/migrate-queue.js';
-import { durationSchema } from '../../src/patterns/queue/queue-options.js';
-import { Wakeup } from '../../src/patterns/queue/wakeup.js';
+import { Queue } from '../../src/queue/index.js';
+import { durationSchema } from '../../src/queue/queue-options.js';
+import { migrationLockKey } from '../../src/queue/schema/migrate-queue.js';
+import { Wakeup } from '../../src/queue/wakeup.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
 
 // A pool pointed at a port nobody listens on, that records every query: validation failures must come

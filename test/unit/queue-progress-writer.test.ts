@@ -1,7 +1,7 @@
 import { err, ok, type Result } from 'neverthrow';
 import { describe, expect, it } from 'vitest';
 import { LeaseLost } from '../../src/errors/errors.js';
-import { ProgressWriter } from '../../src/patterns/queue/progress-writer.js';
+import { ProgressWriter } from '../../src/queue/worker/progress-writer.js';
 
 const job = { id: '1', leaseToken: '00000000-0000-4000-8000-000000000000' };
 

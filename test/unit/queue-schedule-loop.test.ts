@@ -1,8 +1,8 @@
 import { errAsync, okAsync, ResultAsync } from 'neverthrow';
 import { describe, expect, it } from 'vitest';
 import { DbError } from '../../src/errors/errors.js';
-import { ScheduleLoop } from '../../src/patterns/queue/schedule-loop.js';
-import type { SchedulePassResult } from '../../src/patterns/queue/schedule-pass.js';
+import { ScheduleLoop } from '../../src/queue/schedules/schedule-loop.js';
+import type { SchedulePassResult } from '../../src/queue/schedules/schedule-pass.js';
 
 const empty: SchedulePassResult = {
   fired: [],

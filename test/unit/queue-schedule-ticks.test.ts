@@ -6,9 +6,9 @@ import {
   scheduleDefinitionSchema,
   scheduleHash,
   storedSchedule,
-} from '../../src/patterns/queue/schedule-options.js';
-import { scheduledTick } from '../../src/patterns/queue/schedule-state.js';
-import { dueTicks, MAX_TICKS_FIRED, nextTick } from '../../src/patterns/queue/schedule-ticks.js';
+} from '../../src/queue/schedules/schedule-options.js';
+import { scheduledTick } from '../../src/queue/schedules/schedule-state.js';
+import { dueTicks, MAX_TICKS_FIRED, nextTick } from '../../src/queue/schedules/schedule-ticks.js';
 
 const tasks = { report: z.object({ kind: z.string().default('daily') }), ping: z.object({}) };
 

@@ -3,9 +3,9 @@
 import { errAsync, okAsync } from 'neverthrow';
 import { describe, expect, it } from 'vitest';
 import { InvalidOptions } from '../../src/errors/errors.js';
-import type { ClaimedLease, Job } from '../../src/patterns/queue/job.js';
-import type { JobStore } from '../../src/patterns/queue/job-store.js';
-import { SettleBatcher } from '../../src/patterns/queue/settle-batcher.js';
+import type { ClaimedLease, Job } from '../../src/queue/job.js';
+import { SettleBatcher } from '../../src/queue/worker/settle-batcher.js';
+import type { JobStore } from '../../src/queue/worker/worker-port.js';
 
 type Store = Pick<JobStore, 'completeClaimed' | 'completeAndTakeNext' | 'failMany'>;
 

@@ -1,7 +1,7 @@
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { IdempotencyKeys } from '../../src/patterns/idempotency-keys.js';
-import { MIN_LEASE_MS, queueOptionsSchema } from '../../src/patterns/queue/queue-options.js';
+import { MIN_LEASE_MS, queueOptionsSchema } from '../../src/queue/queue-options.js';
 import { durationSchema, spanSchema, timeoutSchema } from '../../src/tx/duration.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
 import { parseTxOptions } from '../../src/tx/tx-options.js';

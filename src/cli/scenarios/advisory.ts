@@ -1,7 +1,7 @@
 import pg from 'pg';
-import { advisoryKey } from '../../patterns/advisory/advisory-key.js';
-import { findLeakedAdvisoryLocks } from '../../patterns/advisory/find-leaked-advisory-locks.js';
-import { migrateSingleRun, singleRun } from '../../patterns/advisory/single-run.js';
+import { advisoryKey } from '../../advisory/advisory-key.js';
+import { findLeakedAdvisoryLocks } from '../../advisory/find-leaked-advisory-locks.js';
+import { migrateSingleRun, singleRun } from '../../advisory/single-run.js';
 import { TxManager } from '../../tx/tx-manager.js';
 import type { Scenario, ScenarioContext, ScenarioResult, SideResult } from '../scenario.js';
 

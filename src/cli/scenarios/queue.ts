@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { z } from 'zod/v4';
-import { Queue } from '../../patterns/queue/queue.js';
+import { Queue } from '../../queue/queue.js';
 import { TxManager } from '../../tx/tx-manager.js';
 import type { Scenario, ScenarioContext, ScenarioResult, SideResult } from '../scenario.js';
 

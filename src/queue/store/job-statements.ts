@@ -1,0 +1,230 @@
+import { err, ok, okAsync, type Result, ResultAsync } from 'neverthrow';
+import type pg from 'pg';
+import type { DatabaseFailure } from '../../errors/errors.js';
+import { LeaseLost } from '../../errors/errors.js';
+import type { Db, Queryable } from '../../tx/types.js';
+import {
+  type ClaimedLease,
+  type ClaimedRow,
+  type JobLease,
+  jobsFromClaim,
+  type LimitedClaimedRow,
+} from '../job.js';
+import type {
+  ClaimedBatch,
+  ClaimStore,
+  CompleteAndTakeNextResult,
+  CompleteManyResult,
+  FailItem,
+  FailResult,
+  LeaseStore,
+  ProgressStore,
+  ReapResult,
+  SettleStore,
+} from './job-store.js';
+import type { QueueStatements } from './queue-sql.js';
+import { runStatement, runTuples } from './run-statement.js';
+import { leaseArrays, splitLeases } from './split-leases.js';
+
+/** ',' */
+const COMMA = 44;
+/**
+ * The outcome of a worker's completion of `jobs`, from the statement's completed ids as one array literal
+ * of digits ('{1,2,3}'): when it holds as many ids as were sent (the usual case), all of them were
+ * completed, and it need not be parsed.
+ */
+function completedOf(jobs: readonly ClaimedLease[], ids = '{}'): CompleteManyResult {
+  let count = ids === '{}' ? 0 : 1;
+  for (let i = 0; i < ids.length; i++) if (ids.charCodeAt(i) === COMMA) count++;
+  if (count === jobs.length) return { completed: jobs.map((j) => j.id), lost: [], invalid: [] };
+  return { ...partitionCompleted(jobs, new Set(ids.slice(1, -1).split(','))), invalid: [] };
+}
+
+/** Splits a completion's jobs into those completed (ids in `done`) and those whose lease was lost. */
+function partitionCompleted(jobs: readonly JobLease[], done: ReadonlySet<string>) {
+  const completed: string[] = [];
+  const lost: string[] = [];
+  for (const j of jobs) (done.has(j.id) ? completed : lost).push(j.id);
+  return { completed, lost };
+}
+
+/** Whether any of `jobs` has a group (the statement then needs the steps that give group slots back). */
+function anyGrouped(jobs: readonly ClaimedLease[]): boolean {
+  for (const job of jobs) if (job.group !== null) return true;
+  return false;
+}
+
+/** What {@link JobStatements} runs on. */
+export interface JobStatementsConfig {
+  /** Where the statements go (a worker's claims and settles are autocommit statements on it). */
+  readonly pool: pg.Pool;
+  /** The queue schema's statements. */
+  readonly sql: QueueStatements;
+  /** The declared group and task limits (jsonb for the limited claim), or undefined: the plain claim. */
+  readonly limits: string | undefined;
+  /** Whether completions take over the group slots they free (limits declared, concurrency only). */
+  readonly takesOver: boolean;
+}
+
+/**
+ * The statements that move a job through its lease: claim, complete, fail, extend, release, reap and
+ * progress, on input that is already valid (the public `Queue` parses the user's options first; a
+ * worker's are parsed when it starts). Its methods are the narrow stores ({@link ClaimStore},
+ * {@link SettleStore}, {@link LeaseStore}, {@link ProgressStore}, and the reaper's batches) that the
+ * worker's parts take, so none of them depends on the public queue.
+ *
+ * @example
+ * const jobs = new JobStatements({ pool, sql: queueStatements('jobs', options), limits: undefined, takesOver: false });
+ * const batch = await jobs.claimBatch({ batch: 10, lease: 30_000, tasks: ['email'] });
+ */
+export class JobStatements implements ClaimStore, SettleStore, LeaseStore, ProgressStore {
+  readonly #pool: pg.Pool;
+  readonly #sql: QueueStatements;
+  readonly #limits: string | undefined;
+  readonly #takesOver: boolean;
+
+  /** Holds the statements of one queue schema; sends nothing. */
+  constructor(config: JobStatementsConfig) {
+    this.#pool = config.pool;
+    this.#sql = config.sql;
+    this.#limits = config.limits;
+    this.#takesOver = config.takesOver;
+  }
+
+  /** Claims up to `batch` runnable jobs of `tasks` in one statement, each leased for `lease` ms. */
+  claimBatch(o: {
+    batch: number;
+    lease: number;
+    tasks: readonly string[];
+  }): ResultAsync<ClaimedBatch, DatabaseFailure> {
+    const params = [o.batch, o.lease, o.tasks];
+    if (this.#limits === undefined) {
+      return runTuples<ClaimedRow>(this.#pool, this.#sql.claim, params).map((res) => ({
+        jobs: jobsFromClaim(res.rows[0]),
+        waitMs: undefined,
+      }));
+    }
+    const limited = [...params, this.#limits];
+    return runTuples<LimitedClaimedRow>(this.#pool, this.#sql.claimLimited, limited).map((res) => {
+      const row = res.rows[0];
+      const wait = row?.[4];
+      return {
+        jobs: jobsFromClaim(row),
+        waitMs: wait === null || wait === undefined ? undefined : Number(wait),
+      };
+    });
+  }
+
+  /** Completes many jobs in one fenced statement on `db`; malformed leases are reported, not sent. */
+  completeMany(
+    jobs: readonly JobLease[],
+    db: Db = this.#pool,
+  ): ResultAsync<CompleteManyResult, DatabaseFailure> {
+    const { valid, invalid } = splitLeases(jobs, (j) => j);
+    if (valid.length === 0) return okAsync({ completed: [], lost: [], invalid });
+    return runStatement<{ ids: string[] }>(db, this.#sql.complete, leaseArrays(valid)).map((res) => ({
+      ...partitionCompleted(valid, new Set(res.rows[0]?.ids)),
+      invalid,
+    }));
+  }
+
+  /** As completeMany, for jobs this store's own claim returned (their leases are not checked again). */
+  completeClaimed(jobs: readonly ClaimedLease[]): ResultAsync<CompleteManyResult, DatabaseFailure> {
+    if (jobs.length === 0) return okAsync({ completed: [], lost: [], invalid: [] });
+    const text = anyGrouped(jobs) ? this.#sql.complete : this.#sql.completeUngrouped;
+    return runTuples<[string]>(this.#pool, text, leaseArrays(jobs)).map((res) =>
+      completedOf(jobs, res.rows[0]?.[0]),
+    );
+  }
+
+  /**
+   * As completeClaimed, and takes over the group slots it frees (see `Queue.completeAndTakeNext`):
+   * one call of the schema's `complete_take_next` function.
+   */
+  completeAndTakeNext(
+    jobs: readonly ClaimedLease[],
+    o: { lease: number; tasks: readonly string[]; max: number },
+  ): ResultAsync<CompleteAndTakeNextResult, DatabaseFailure> {
+    if (!this.#takesOver || !anyGrouped(jobs) || o.max === 0)
+      return this.completeClaimed(jobs).map((r) => ({ ...r, next: [] }));
+    const values = [...leaseArrays(jobs), o.lease, o.tasks, this.#limits, o.max];
+    return runTuples<[string, string, ...ClaimedRow]>(this.#pool, this.#sql.completeTakeNext, values).map(
+      (res) => {
+        const row = res.rows[0];
+        const next = row === undefined ? [] : jobsFromClaim([row[2], row[3], row[4], row[5]]);
+        return { ...completedOf(jobs, row?.[0]), next };
+      },
+    );
+  }
+
+  /** Writes many failures in one fenced statement; the map holds the jobs that were still ours. */
+  failMany(all: readonly FailItem[]): ResultAsync<Map<string, FailResult>, DatabaseFailure> {
+    const items = splitLeases(all, (i) => i.job).valid;
+    if (items.length === 0) return okAsync(new Map());
+    return runStatement<{ id: string; state: 'pending' | 'dead'; run_at: Date }>(this.#pool, this.#sql.fail, [
+      items.map((i) => i.job.id),
+      items.map((i) => i.job.leaseToken),
+      // NUL (U+0000) cannot be stored in text: an error message holding one (binary protocols…) made
+      // the whole fail statement fail with 22021, so the job stayed running until its lease expired
+      // (found by test/property/fuzz-queue). Replaced by U+FFFD.
+      items.map((i) => i.error.slice(0, 10_000).replaceAll('\u0000', '\ufffd')),
+      items.map((i) => i.retryInMs ?? null),
+      items.map((i) => i.final === true),
+    ]).map((res) => new Map(res.rows.map((r) => [String(r.id), { state: r.state, runAt: r.run_at }])));
+  }
+
+  /** The fenced completion of `job` on `db` (a transaction); driver errors propagate unchanged. */
+  async completeWithin(db: Db, job: JobLease): Promise<boolean> {
+    const res = await (db as Queryable).query<{ ids: string[] }>(this.#sql.complete, [
+      [job.id],
+      [job.leaseToken],
+    ]);
+    return (res.rows[0]?.ids.length ?? 0) > 0;
+  }
+
+  /** Extends many leases to now + `lease` ms in one fenced statement (heartbeat). */
+  extendMany(jobs: readonly JobLease[], lease: number): ResultAsync<Map<string, Date>, DatabaseFailure> {
+    const valid = splitLeases(jobs, (j) => j).valid;
+    if (valid.length === 0) return okAsync(new Map());
+    return runStatement<{ id: string; lease_expires_at: Date }>(this.#pool, this.#sql.extend, [
+      valid.map((j) => j.id),
+      valid.map((j) => j.leaseToken),
+      lease,
+    ]).map((res) => new Map(res.rows.map((r) => [String(r.id), r.lease_expires_at])));
+  }
+
+  /** Gives running jobs back without charging the attempt, then wakes the workers. */
+  release(all: readonly JobLease[]): ResultAsync<string[], DatabaseFailure> {
+    const jobs = splitLeases(all, (j) => j).valid;
+    if (jobs.length === 0) return okAsync([]);
+    return runStatement<{ id: string }>(this.#pool, this.#sql.release, [
+      jobs.map((j) => j.id),
+      jobs.map((j) => j.leaseToken),
+    ])
+      .map((res) => res.rows.map((r) => String(r.id)))
+      .andThen((ids) => runStatement(this.#pool, this.#sql.notify, []).map(() => ids));
+  }
+
+  /** Returns expired leases to pending (or dead), `batch` rows a statement, at most `maxBatches` of them. */
+  reap(o: { batch: number; maxBatches: number }): ResultAsync<ReapResult, DatabaseFailure> {
+    const loop = async (): Promise<Result<ReapResult, DatabaseFailure>> => {
+      let requeued = 0;
+      let dead = 0;
+      for (let i = 0; i < o.maxBatches; i++) {
+        const r = await runStatement<{ id: string; state: string }>(this.#pool, this.#sql.reap, [o.batch]);
+        if (r.isErr()) return err(r.error);
+        for (const row of r.value.rows) row.state === 'dead' ? dead++ : requeued++;
+        if (r.value.rows.length < o.batch) break;
+      }
+      return ok({ requeued, dead });
+    };
+    return new ResultAsync(loop());
+  }
+
+  /** Stores a running job's progress (JSON text from `progressJson`), fenced by the lease token. */
+  writeProgress(job: JobLease, json: string): ResultAsync<void, LeaseLost | DatabaseFailure> {
+    return runStatement(this.#pool, this.#sql.progress, [job.id, job.leaseToken, json]).andThen((res) =>
+      res.rowCount === 0 ? err(new LeaseLost(job.id)) : ok(undefined),
+    );
+  }
+}

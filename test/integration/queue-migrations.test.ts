@@ -1,0 +1,149 @@
+// The queue's schema history: frozen migrations, each applied once and recorded with its sha-256;
+// migrate() refuses a schema whose record differs from what this version ships; a schema at every
+// released version migrates to the newest and its jobs keep running.
+import pg from 'pg';
+import { describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { MigrationChanged } from '../../src/errors/errors.js';
+import { Queue } from '../../src/queue/index.js';
+import { migrateQueue } from '../../src/queue/schema/migrate-queue.js';
+import { QUEUE_MIGRATIONS } from '../../src/queue/schema/queue-migrations.generated.js';
+import { TxManager } from '../../src/tx/tx-manager.js';
+import { useTestDatabase } from '../helpers.js';
+
+const { pool } = await useTestDatabase();
+const tm = new TxManager(pool);
+const tasks = { email: z.object({ to: z.string() }) };
+let seq = 0;
+
+/**
+ * The released versions and the last migration each shipped. A release that adds a migration adds its
+ * row here, so that every earlier one is tested as an upgrade path. (0.2.0 is the first release: the
+ * schema's development steps before it were squashed into 0001 and are no upgrade path.)
+ */
+const RELEASED: Readonly<Record<string, number>> = { '0.2.0': 1 };
+
+const queueOn = (schema: string) => new Queue({ pool, txManager: tm, schema, tasks });
+
+async function recorded(schema: string) {
+  const r = await pool.query<{ version: number; name: string; checksum: string }>(
+    `SELECT version, name, checksum FROM ${pg.escapeIdentifier(schema)}.migrations ORDER BY version`,
+  );
+  return r.rows;
+}
+
+describe('checksums', () => {
+  it('each applied migration is recorded with the sha-256 of its file', async () => {
+    const schema = `q_mig_${++seq}`;
+    (await queueOn(schema).migrate())._unsafeUnwrap();
+    expect(await recorded(schema)).toEqual(
+      QUEUE_MIGRATIONS.map((m) => ({ version: m.version, name: m.name, checksum: m.checksum })),
+    );
+  });
+
+  it('a migration edited after it was applied: MigrationChanged says which and both checksums; nothing applied', async () => {
+    const schema = `q_mig_${++seq}`;
+    (await queueOn(schema).migrate())._unsafeUnwrap();
+    const first = QUEUE_MIGRATIONS[0];
+    if (first === undefined) throw new Error('no migration');
+    const edited = { ...first, sql: `${first.sql}\n-- an edit`, checksum: 'f'.repeat(64) };
+    const extra = { version: 3, name: '0003_extra.sql', checksum: 'e'.repeat(64), sql: 'SELECT 1' };
+    const r = await migrateQueue(pool, schema, {}, [edited, ...QUEUE_MIGRATIONS.slice(1), extra]);
+    const error = r._unsafeUnwrapErr();
+    expect(error).toBeInstanceOf(MigrationChanged);
+    expect(error).toMatchObject({
+      kind: 'MigrationChanged',
+      schema,
+      version: 1,
+      applied: { name: first.name, checksum: first.checksum },
+      shipped: { name: first.name, checksum: 'f'.repeat(64) },
+    });
+    expect(error.message).toContain(first.checksum);
+    expect(error.message).toContain('f'.repeat(64));
+    // Refused before anything ran: version 3 was not applied.
+    expect((await recorded(schema)).map((m) => m.version)).toEqual(QUEUE_MIGRATIONS.map((m) => m.version));
+  });
+
+  it('a schema that records a migration this version does not ship (a newer or another build): refused', async () => {
+    const schema = `q_mig_${++seq}`;
+    (await queueOn(schema).migrate())._unsafeUnwrap();
+    await pool.query(
+      `INSERT INTO ${pg.escapeIdentifier(schema)}.migrations (version, name, checksum) VALUES (99, '0099_later.sql', 'abc')`,
+    );
+    const error = (await queueOn(schema).migrate())._unsafeUnwrapErr();
+    expect(error).toMatchObject({
+      kind: 'MigrationChanged',
+      version: 99,
+      applied: { name: '0099_later.sql', checksum: 'abc' },
+      shipped: null,
+    });
+  });
+
+  it('a record under another file name for the same version: refused, both names in the message', async () => {
+    const schema = `q_mig_${++seq}`;
+    (await queueOn(schema).migrate())._unsafeUnwrap();
+    await pool.query(`UPDATE ${pg.escapeIdentifier(schema)}.migrations SET name = '001_jobs.sql'`);
+    const error = (await queueOn(schema).migrate())._unsafeUnwrapErr();
+    expect(error.kind).toBe('MigrationChanged');
+    expect(error.message).toContain('001_jobs.sql');
+    expect(error.message).toContain('0001_queue.sql');
+  });
+});
+
+describe('a schema migrated before 0.2.0 (development builds: versions 1 to 11, no checksums)', () => {
+  it('is refused with MigrationChanged (version 1 recorded under another name, no checksum); nothing changed', async () => {
+    const schema = `q_mig_${++seq}`;
+    const s = pg.escapeIdentifier(schema);
+    await pool.query(`CREATE SCHEMA ${s}`);
+    await pool.query(
+      `CREATE TABLE ${s}.migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`,
+    );
+    await pool.query(
+      `INSERT INTO ${s}.migrations (version, name) VALUES (1, '001_jobs.sql'), (2, '002_claim_function.sql')`,
+    );
+    const error = (await queueOn(schema).migrate())._unsafeUnwrapErr();
+    expect(error).toMatchObject({
+      kind: 'MigrationChanged',
+      version: 1,
+      applied: { name: '001_jobs.sql', checksum: null },
+      shipped: { name: '0001_queue.sql' },
+    });
+    // Rolled back: the table is as it was (no checksum column added).
+    const cols = await pool.query(
+      `SELECT column_name FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'migrations' ORDER BY ordinal_position`,
+      [schema],
+    );
+    expect(cols.rows.map((r) => r.column_name)).toEqual(['version', 'name', 'applied_at']);
+  });
+});
+
+describe('upgrades', () => {
+  for (const [release, last] of Object.entries(RELEASED)) {
+    it(`a schema at ${release} with pending and running jobs migrates to the newest; its jobs run`, async () => {
+      const schema = `q_up_${++seq}`;
+      const old = QUEUE_MIGRATIONS.filter((m) => m.version <= last);
+      expect((await migrateQueue(pool, schema, {}, old))._unsafeUnwrap().version).toBe(last);
+      // Jobs as that version's code left them: pending, and one running under its claim function.
+      const s = pg.escapeIdentifier(schema);
+      await pool.query(
+        `INSERT INTO ${s}.jobs (task, payload) SELECT 'email', jsonb_build_object('to', t) FROM unnest(ARRAY['a', 'b', 'c']) t`,
+      );
+      const claimedBefore = await pool.query<{ id: string; lease_token: string }>(
+        `SELECT id::text, lease_token::text FROM ${s}.claim_jobs(1, 30000, ARRAY['email'])`,
+      );
+      const running = claimedBefore.rows.map((r) => ({ id: r.id, leaseToken: r.lease_token }))[0];
+      const queue = queueOn(schema);
+      const newest = QUEUE_MIGRATIONS.length;
+      expect((await queue.migrate())._unsafeUnwrap()).toEqual({
+        applied: QUEUE_MIGRATIONS.filter((m) => m.version > last).map((m) => m.version),
+        version: newest,
+      });
+      // The job claimed before the upgrade completes under its lease; the others run after it.
+      if (running === undefined) throw new Error('nothing claimed');
+      (await queue.complete(running))._unsafeUnwrap();
+      const rest = (await queue.claim({ batch: 10 }))._unsafeUnwrap();
+      expect(rest.map((j) => j.payload)).toEqual([{ to: 'b' }, { to: 'c' }]);
+      expect((await queue.completeMany(rest))._unsafeUnwrap().completed).toHaveLength(2);
+    });
+  }
+});
