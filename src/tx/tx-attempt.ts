@@ -423,12 +423,10 @@ export class TxAttempt {
     this.#busy = true;
     const [text, values] = args;
     try {
-      // pg's own merge: a config object with `values` given beside it gets those values (they win over
-      // the config's). drizzle's node-postgres session sends its queries this way.
       const result =
-        values === undefined
-          ? await this.client.query<R>(text as pg.QueryConfig)
-          : await this.client.query<R>(text as pg.QueryConfig, values as unknown[]);
+        typeof text === 'string'
+          ? await this.client.query<R>(text, values as unknown[] | undefined)
+          : await this.client.query<R>(configOf(text, values));
       this.#lastQueryFailed = false;
       if (fromScope) this.#checkStillInTransaction();
       return result;
@@ -567,6 +565,20 @@ export class TxAttempt {
       this.#context.hooks.slow({ name: this.settings.name, attempt: this.number, durationMs });
     }
   }
+}
+
+/**
+ * The config object pg is given for `tx.query(config, values?)`: a copy, with the values given beside
+ * it (they win over the config's own, as in pg's merge; drizzle's node-postgres session sends its
+ * queries this way) and no `callback`. Older pg (8.11 does) merged a call's values AND its callback into the
+ * caller's own object, so a config once passed to `pool.query` kept that call's callback, and pg then
+ * answered the next call through it instead of its promise (seen on pg 8.11: `tx.query` resolved to
+ * undefined). A submittable (a cursor) is passed as it is.
+ */
+function configOf(config: pg.QueryConfig, values: readonly unknown[] | undefined): pg.QueryConfig {
+  if (typeof (config as { submit?: unknown }).submit === 'function') return config;
+  const { callback: _ignored, ...copy } = config as pg.QueryConfig & { callback?: unknown };
+  return values === undefined ? copy : { ...copy, values: [...values] };
 }
 
 /**

@@ -76,8 +76,10 @@ describe('an error that replaces the driver error, before the server said the tr
 
   it('control: a value pg refuses to send does not revive a failure a ROLLBACK TO SAVEPOINT recovered from', async () => {
     const tm = new TxManager(pool);
-    const circular: Record<string, unknown> = {};
-    circular.self = circular;
+    // pg refuses it before sending anything ("Query values must be an array"). (A value it fails to
+    // serialize, such as a circular object, would do on pg 8.23, but pg 8.11 then waits forever for an
+    // answer to a statement it never finished sending: its client is stuck, with or without pg-txkit.)
+    const notAnArray = 'x' as unknown as unknown[];
     let calls = 0;
     const outcome = await tm
       .do(async (tx) => {
@@ -85,7 +87,7 @@ describe('an error that replaces the driver error, before the server said the tr
         await tx.query('SAVEPOINT s');
         await tx.query('SELECT 1/0').catch(() => {});
         await tx.query('ROLLBACK TO SAVEPOINT s');
-        await replaced(() => tx.query('SELECT $1::jsonb AS v', [circular])); // pg cannot serialize it
+        await replaced(() => tx.query('SELECT $1::int AS v', notAnArray));
       })
       .then(
         () => 'committed',
