@@ -281,6 +281,28 @@ export class TxAttempt {
     return this.#send<R>(args, true);
   }
 
+  /**
+   * {@link TxAttempt.begin} on a replica's client, bounded: no answer within `ms` (a replica that stops
+   * answering: packets dropped, nothing refused) marks the connection broken and returns 'unanswered'
+   * — nothing of the callback has run, and the caller sends the read to the primary. The client is
+   * destroyed by {@link TxAttempt.release}.
+   */
+  async beginWithin(text: string, ms: number): Promise<AttemptEnd | undefined | 'unanswered'> {
+    let timer: NodeJS.Timeout | undefined;
+    const unanswered = new Promise<'unanswered'>((resolve) => {
+      timer = setTimeout(() => resolve('unanswered'), ms);
+    });
+    try {
+      const first = await Promise.race([this.begin(text), unanswered]);
+      if (first === 'unanswered') {
+        this.markBroken(new Error(`pg-txkit: the replica did not answer BEGIN within ${ms} ms`));
+      }
+      return first;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
   /** Sends a statement of the manager itself (SAVEPOINT, RELEASE …), in order with the scopes' queries. */
   internal(text: string): Promise<unknown> {
     return this.#send([text]);

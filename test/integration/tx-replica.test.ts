@@ -196,4 +196,44 @@ describe('a replica that cannot be reached', () => {
     await replicaPool.query('SELECT 1').catch(() => {}); // (its idle client is gone too)
     expect(await tm.doOrThrow(where, { readOnly: true })).toBe(false);
   });
+
+  it('a replica that stops answering (packets dropped, not refused): its idle client is given up after the bound and the primary serves the read', async () => {
+    const proxy = await FaultProxy.start({ target: standby.url });
+    proxies.push(proxy);
+    // No connectionTimeoutMillis on this pool: the manager's own bound applies.
+    const replicaPool = newPool(proxy.url, 1);
+    const tm = new TxManager(newPool(primary.url), { replica: replicaPool });
+    const where = (tx: { query: pg.Pool['query'] }) =>
+      tx.query<{ standby: boolean }>('SELECT pg_is_in_recovery() AS standby').then((r) => r.rows[0]?.standby);
+    expect(await tm.doOrThrow(where, { readOnly: true })).toBe(true); // the replica's client is now idle
+    proxy.stall();
+    let ran = 0;
+    const read = await tm.doOrThrow(
+      (tx) => {
+        ran++;
+        return where(tx);
+      },
+      { readOnly: true },
+    );
+    expect(read).toBe(false);
+    expect(ran).toBe(1); // the callback never started on the replica: it ran once, on the primary
+    // The next read does not try the silent replica again: it goes straight to the primary.
+    const connectionsBefore = proxy.connections;
+    expect(await tm.doOrThrow(where, { readOnly: true })).toBe(false);
+    expect(proxy.connections).toBeLessThanOrEqual(connectionsBefore);
+    proxy.resume();
+  });
+
+  it('a replica whose new connections are never answered: the acquire is bounded and the read goes to the primary', async () => {
+    const proxy = await FaultProxy.start({ target: standby.url });
+    proxies.push(proxy);
+    proxy.stall(); // TCP connects to the proxy; the startup message is never answered
+    // Neither this pool nor the call bounds the wait beyond the call's acquireTimeout.
+    const tm = new TxManager(newPool(primary.url), { replica: newPool(proxy.url, 2) });
+    const where = (tx: { query: pg.Pool['query'] }) =>
+      tx.query<{ standby: boolean }>('SELECT pg_is_in_recovery() AS standby').then((r) => r.rows[0]?.standby);
+    const read = await tm.do(where, { readOnly: true, acquireTimeout: 300 });
+    expect(read._unsafeUnwrap()).toBe(false);
+    proxy.resume();
+  });
 });
