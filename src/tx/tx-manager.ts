@@ -12,7 +12,7 @@ import {
 import { type OpenTelemetryApi, resolveOpenTelemetry } from '../observability/otel-api.js';
 import { type TxCall, type TxMetrics, TxTelemetry } from '../observability/tx-telemetry.js';
 import { acquireClient, freeClients } from './acquire-client.js';
-import { beginSql } from './begin-sql.js';
+import { beginSql, beginStatements } from './begin-sql.js';
 import { guardClientErrors } from './guard-client-errors.js';
 import { HookRunner } from './hooks.js';
 import { isPool } from './is-pool.js';
@@ -177,6 +177,8 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
   readonly #settingsCache = new Map<string, TxSettings>();
   /** The BEGIN text of each settings object (built once). */
   readonly #beginText = new WeakMap<TxSettings, string>();
+  /** The BEGIN statements of each settings object, one by one (built once). */
+  readonly #beginList = new WeakMap<TxSettings, readonly string[]>();
   /** Domain errors built by the constraint map: thrown by an inner doOrThrow, they are still values. */
   readonly #mapped = new WeakSet<object>();
 
@@ -375,6 +377,15 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
       this.#settingsCache.set(key, parsed.value);
     }
     return parsed;
+  }
+
+  #beginStatements(settings: TxSettings): readonly string[] {
+    let statements = this.#beginList.get(settings);
+    if (statements === undefined) {
+      statements = beginStatements(settings);
+      this.#beginList.set(settings, statements);
+    }
+    return statements;
   }
 
   #beginSql(settings: TxSettings): string {
@@ -640,10 +651,14 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
     try {
       const handle = new TxHandle(attempt, 0, settings.name);
       const text = this.#beginSql(settings);
+      // BEGIN goes out with the callback's first statement, in one round trip (first-flight.ts); on a
+      // replica it goes first, bounded, so that a silent replica is left before the callback starts.
       const failedBegin =
-        replicaAnswerMs === undefined
-          ? await attempt.begin(text)
-          : await attempt.beginWithin(text, replicaAnswerMs);
+        replicaAnswerMs !== undefined
+          ? await attempt.beginWithin(text, replicaAnswerMs)
+          : attempt.defer(this.#beginStatements(settings))
+            ? undefined
+            : await attempt.begin(text);
       if (failedBegin === 'unanswered') return failedBegin;
       const end = failedBegin ?? (await this.#runScope(attempt, handle, fn));
       if (end.type !== 'committed') {
@@ -712,6 +727,10 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
   /** Runs the outermost scope's callback and ends the attempt: COMMIT when it may, else ROLLBACK. */
   async #runScope(attempt: TxAttempt, handle: TxHandle, fn: TxCallback<unknown>): Promise<AttemptEnd> {
     const outcome = await this.#invoke(handle, fn);
+    // BEGIN, sent with the first statement, failed: the attempt ends as a failed BEGIN always has —
+    // nothing ran in a transaction, nothing to roll back — whatever the callback made of the error.
+    const failedBegin = attempt.beginEnd;
+    if (failedBegin !== undefined) return failedBegin;
     let end: AttemptEnd;
     if (attempt.misuse) {
       // The transaction was misused (ended through tx.query, a concurrent scope): a defect, never Ok.

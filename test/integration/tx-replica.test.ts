@@ -1,5 +1,6 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { classify } from '../../src/errors/index.js';
 import { FaultProxy } from '../../src/testing/fault-proxy.js';
 import { type StartedPostgres, startPostgres } from '../../src/testing/start-postgres.js';
 import type { StartedStandby } from '../../src/testing/start-standby.js';
@@ -235,5 +236,39 @@ describe('a replica that cannot be reached', () => {
     const read = await tm.do(where, { readOnly: true, acquireTimeout: 300 });
     expect(read._unsafeUnwrap()).toBe(false);
     proxy.resume();
+  });
+});
+
+describe('a serializable BEGIN refused by a hot standby (0A000), sent with the first statement', () => {
+  it('the statement behind it never runs, and the failure is the one BEGIN alone gives', async () => {
+    // A pool pointed straight at the standby (a stale address): BEGIN ISOLATION LEVEL SERIALIZABLE is
+    // refused there. The statement behind it changes the session (a setting kept past the statement):
+    // had it run in autocommit, the session would show it afterwards.
+    const direct = newPool(standby.url, 1);
+    const alone = await direct.query('BEGIN ISOLATION LEVEL SERIALIZABLE').then(
+      () => undefined,
+      (error: unknown) => classify(error),
+    );
+    await direct.query('ROLLBACK').catch(() => {});
+    expect(alone?.kind).toBeDefined();
+    const tm = new TxManager(direct);
+    let ran = 0;
+    const result = await tm.do(
+      async (tx) => {
+        ran++;
+        await tx.query("SELECT set_config('application_name', $1, false)", ['ran-outside-its-transaction']);
+        return 'read';
+      },
+      { isolation: 'serializable', maxAttempts: 1 },
+    );
+    expect(result._unsafeUnwrapErr().kind).toBe(alone?.kind);
+    expect((result._unsafeUnwrapErr() as { code?: string }).code).toBe('0A000');
+    expect(ran).toBe(1);
+    const { rows } = await direct.query<{ name: string }>('SHOW application_name');
+    expect(rows[0]?.name).not.toBe('ran-outside-its-transaction');
+    const seen = await newPool(standby.url, 1).query<{ n: number }>(
+      "SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'ran-outside-its-transaction'",
+    );
+    expect(seen.rows[0]?.n).toBe(0);
   });
 });
