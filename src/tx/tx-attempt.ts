@@ -577,19 +577,28 @@ export class TxAttempt {
     fromScope: boolean,
   ): Promise<pg.QueryResult<R>> {
     const Flight = this.#flight as FirstFlightClass;
-    let query: FirstFlightQuery | undefined;
+    let query: FirstFlightQuery;
     try {
       query = new Flight(opening, args[0], args[1]);
+    } catch (error) {
+      // Nothing was sent (pg refused the config): BEGIN still goes with the next statement, never skipped.
+      this.#opening = opening;
+      throw error;
+    }
+    try {
       // pg returns a Submittable as it was given: the flight itself, a promise of pg's own result.
       const result = (await this.client.query(query as unknown as pg.QueryConfig)) as pg.QueryResult<R>;
       this.#lastQueryFailed = false;
       if (fromScope) this.#checkStillInTransaction();
       return result;
     } catch (error) {
-      // BEGIN ran unless it was the opening statement that failed (the ones after it: SET LOCAL).
-      if (query !== undefined && (!query.beginFailed || query.openingDone > 0)) this.#openBeforeStatus = true;
+      // BEGIN ran unless it was the opening statement that failed (the ones after it: SET LOCAL). When
+      // the status still reads the 'I' from before BEGIN, its ReadyForQuery has not been read yet.
+      if ((!query.beginFailed || query.openingDone > 0) && this.#context.statuses.of(this.client) === 'I') {
+        this.#openBeforeStatus = true;
+      }
       const shown = this.#noteQueryError(error);
-      if (query?.beginFailed === true) {
+      if (query.beginFailed) {
         const failure = this.failureOf(shown);
         this.#beginEnd =
           failure === undefined ? { type: 'defect', error: shown } : { type: 'failure', failure };

@@ -249,6 +249,15 @@ describe.each([
       await expect(tm.do((tx) => tx.query('INSERT INTO ff VALUES (2, $1)', [unserializable]))).rejects.toBe(
         defect,
       );
+      // As before: pg refused the value before sending it, so the transaction is healthy and a callback
+      // that handles the refusal commits what it did next.
+      const handled = await tm.do(async (tx) => {
+        await tx.query('INSERT INTO ff VALUES (4, $1)', [unserializable]).catch(() => undefined);
+        await tx.query('INSERT INTO ff VALUES (5, $1)', ['after the refusal']);
+        return 'committed';
+      });
+      expect(handled._unsafeUnwrap()).toBe('committed');
+      await pool.query('DELETE FROM ff WHERE id = 5');
       // The client went back clean and the next transaction works on it.
       expect(
         (await tm.doOrThrow((tx) => tx.query('INSERT INTO ff VALUES (3, $1) RETURNING id', ['after'])))
