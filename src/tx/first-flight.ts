@@ -21,7 +21,8 @@ import type pg from 'pg';
  *
  * Measured: with a 10 ms round trip, a one-statement `tm.do` takes 23.7 ms (two round trips) where a
  * hand-written `BEGIN; UPDATE; COMMIT` takes 34.9 ms; 8 loops with 1 ms each way, 1.40× the
- * hand-written loop (0.99× with BEGIN in its own round trip). Node CPU per transaction unchanged.
+ * hand-written loop (0.99× with BEGIN in its own round trip). On localhost with the server on the same
+ * 2 cores (bench/tx-overhead) the loops are CPU-bound and it is level with the hand-written loop.
  */
 
 /** What a pg `Query` instance of any supported version offers the subclass. */
