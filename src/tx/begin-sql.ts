@@ -34,6 +34,18 @@ function integerMs(name: string, value: number): string {
  * // 'BEGIN ISOLATION LEVEL SERIALIZABLE READ ONLY DEFERRABLE; SET LOCAL lock_timeout = 500'
  */
 export function beginSql(settings: BeginSettings): string {
+  return beginStatements(settings).join('; ');
+}
+
+/**
+ * The statements of {@link beginSql}, one by one: what the first flight of an attempt sends as
+ * extended-protocol messages ahead of the callback's first statement, in one round trip.
+ *
+ * @example
+ * beginStatements({ isolation: 'read committed', readOnly: false, deferrable: false, lockTimeout: 500 });
+ * // ['BEGIN ISOLATION LEVEL READ COMMITTED', 'SET LOCAL lock_timeout = 500']
+ */
+export function beginStatements(settings: BeginSettings): string[] {
   const isolation = ISOLATION_SQL[settings.isolation];
   if (isolation === undefined) throw new TypeError(`unknown isolation level ${String(settings.isolation)}`);
   let begin = `BEGIN ISOLATION LEVEL ${isolation}`;
@@ -57,5 +69,5 @@ export function beginSql(settings: BeginSettings): string {
       )}`,
     );
   }
-  return statements.join('; ');
+  return statements;
 }

@@ -18,6 +18,21 @@ interface ReplicaSession {
   mark: WriteMark | undefined;
 }
 
+/**
+ * How long a read waits on the replica before it goes to the primary, when neither the replica pool's
+ * `connectionTimeoutMillis` nor the call's `acquireTimeout` is set: a replica that stops answering
+ * (packets dropped, not refused) would otherwise hold the read until TCP gives up (15 s and more).
+ * Long enough for a connection to a healthy replica across a region (a TLS handshake, a few round
+ * trips), short enough for a read a user waits on.
+ */
+export const REPLICA_ANSWER_MS = 2000;
+
+/**
+ * After the replica failed to answer within its bound, `readOnly` transactions go straight to the
+ * primary for this long instead of each waiting the bound again; then the replica is tried again.
+ */
+export const REPLICA_COOLDOWN_MS = 5000;
+
 /** Where one attempt of an outermost transaction runs. */
 export type Route =
   | { readonly to: 'primary' }
@@ -47,6 +62,8 @@ export class ReplicaRouter {
   /** The replica pool's own connect (not a strict-mode guard). */
   readonly connect: () => Promise<pg.PoolClient>;
   readonly #windowMs: number | false;
+  /** Until this `performance.now()`, the replica is taken as unreachable (see {@link REPLICA_COOLDOWN_MS}). */
+  #downUntil = 0;
   readonly #sessions = new AsyncLocalStorage<ReplicaSession>();
   /** The primary pool's unguarded query. */
   readonly #primaryQuery: (text: string) => Promise<pg.QueryResult<{ lsn: string }>>;
@@ -76,6 +93,10 @@ export class ReplicaRouter {
   /** Where an attempt with these settings runs. */
   async route(settings: TxSettings): Promise<Route> {
     if (!settings.readOnly || settings.isolation === 'serializable') return { to: 'primary' };
+    if (this.#downUntil !== 0) {
+      if (performance.now() < this.#downUntil) return { to: 'primary' };
+      this.#downUntil = 0;
+    }
     const session = this.#sessions.getStore();
     const mark = session?.mark;
     if (session === undefined || mark === undefined) return { to: 'replica' };
@@ -90,20 +111,54 @@ export class ReplicaRouter {
   }
 
   /**
+   * The longest a read waits for the replica to hand out a client, and then for that client to answer
+   * BEGIN: the replica pool's `connectionTimeoutMillis` when it has one, else
+   * {@link REPLICA_ANSWER_MS}; never more than the call's own `acquireTimeout`.
+   */
+  answerMs(acquireTimeoutMs: number | undefined): number {
+    const own = (this.pool.options as { connectionTimeoutMillis?: unknown } | undefined)
+      ?.connectionTimeoutMillis;
+    const bound = typeof own === 'number' && own > 0 ? own : REPLICA_ANSWER_MS;
+    return acquireTimeoutMs === undefined ? bound : Math.min(bound, acquireTimeoutMs);
+  }
+
+  /** The replica did not answer within its bound: reads go to the primary for {@link REPLICA_COOLDOWN_MS}. */
+  unreachable(): void {
+    this.#downUntil = performance.now() + REPLICA_COOLDOWN_MS;
+  }
+
+  /**
    * Has the replica behind `client` replayed `lsn`? Drops the context's mark when it has (replay only
    * moves forward). 'failed': the client could not answer (destroy it).
    */
-  async replayed(client: pg.PoolClient, lsn: string): Promise<'replayed' | 'behind' | 'failed'> {
+  async replayed(
+    client: pg.PoolClient,
+    lsn: string,
+    answerMs: number,
+  ): Promise<'replayed' | 'behind' | 'failed'> {
     let ok = false;
+    let timer: NodeJS.Timeout | undefined;
     try {
       // Reads the standby's replay position (no lock); NULL on a server that is not a standby.
-      const { rows } = await client.query<{ ok: boolean }>(
+      const asked = client.query<{ ok: boolean }>(
         'SELECT coalesce(pg_last_wal_replay_lsn() >= $1::pg_lsn, false) AS ok',
         [lsn],
       );
-      ok = rows[0]?.ok === true;
+      const unanswered = new Promise<undefined>((resolve) => {
+        timer = setTimeout(() => resolve(undefined), answerMs);
+      });
+      const result = await Promise.race([asked, unanswered]);
+      if (result === undefined) {
+        // A replica that stopped answering: the client is destroyed, the reads go to the primary.
+        asked.catch(() => {});
+        this.unreachable();
+        return 'failed';
+      }
+      ok = result.rows[0]?.ok === true;
     } catch {
       return 'failed';
+    } finally {
+      clearTimeout(timer);
     }
     const session = this.#sessions.getStore();
     if (ok && session !== undefined && session.mark?.lsn === lsn) session.mark = undefined;

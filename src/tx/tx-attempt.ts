@@ -9,6 +9,12 @@ import {
   looksLikeDatabaseError,
   TxKitError,
 } from '../errors/index.js';
+import {
+  type FirstFlightClass,
+  type FirstFlightQuery,
+  firstFlightClass,
+  fitsFirstFlight,
+} from './first-flight.js';
 import type { HookRunner } from './hooks.js';
 import { commitFailure, type RetryMode } from './retryable.js';
 import { controlStatements } from './transaction-control.js';
@@ -98,6 +104,24 @@ export class TxAttempt {
   readonly #driverErrors = new WeakSet<object>();
   readonly #onError = (error: unknown): void => this.markBroken(error);
   #begunAt = 0;
+  /**
+   * BEGIN and its SET LOCALs, not sent yet: they go out with the attempt's first statement, in one
+   * flight (see first-flight.ts), or with nothing at all when the callback sends nothing.
+   */
+  #opening: readonly string[] | undefined;
+  /** The flight class of this client's pg, when BEGIN is deferred. */
+  #flight: FirstFlightClass | undefined;
+  /** BEGIN (or a SET LOCAL) sent in the first flight failed: how the attempt ends, as a failed begin did. */
+  #beginEnd: AttemptEnd | undefined;
+  /** The error the first flight's statement was refused with when BEGIN failed (later queries get it too). */
+  #beginError: unknown;
+  /**
+   * The first flight failed after BEGIN had run: the server's transaction is open (aborted), but pg
+   * reports the error as soon as it arrives, and the ReadyForQuery that carries the status ('E') may
+   * come in a later packet — until then the status still reads the 'I' from before BEGIN. Cleared
+   * when a later query of the attempt settles (pg answers it after that ReadyForQuery).
+   */
+  #openBeforeStatus = false;
   #doom: TxKitError | undefined;
   #misuse: TxUsageError | undefined;
   #lastFailure: DatabaseFailure | undefined;
@@ -179,7 +203,7 @@ export class TxAttempt {
 
   /** Is the server's transaction aborted (a failed statement whose error the callback swallowed)? */
   get aborted(): boolean {
-    return this.#context.statuses.of(this.client) === 'E';
+    return this.#openBeforeStatus || this.#context.statuses.of(this.client) === 'E';
   }
 
   /** What to report when the server says the transaction is aborted ('E'): the error that aborted it. */
@@ -262,6 +286,7 @@ export class TxAttempt {
       );
     }
     if (this.#misuse) return Promise.reject(this.#misuse);
+    if (this.#beginEnd !== undefined) return Promise.reject(this.#beginError);
     if (this.#doom) return Promise.reject(this.#doom);
     const innermost = this.#open.at(-1);
     if (innermost !== undefined && !scope.within(innermost)) {
@@ -281,8 +306,55 @@ export class TxAttempt {
     return this.#send<R>(args, true);
   }
 
+  /**
+   * Defers BEGIN (`statements`: {@link beginStatements} of the settings) to the attempt's first
+   * statement: both go to the server in ONE round trip (see first-flight.ts). Returns false, and
+   * nothing is deferred, when this client's pg cannot write that flight: call {@link TxAttempt.begin}.
+   * A callback that sends nothing sends nothing at all: no BEGIN, no COMMIT.
+   */
+  defer(statements: readonly string[]): boolean {
+    const flight = firstFlightClass(this.client);
+    if (flight === undefined) return false;
+    this.#begunAt = performance.now();
+    this.#flight = flight;
+    this.#opening = statements;
+    return true;
+  }
+
+  /**
+   * How the attempt ends when BEGIN, sent with the first statement, failed: exactly what
+   * {@link TxAttempt.begin} would have returned. The outermost scope ends with it whatever its callback
+   * did with the refused statement's error (nothing ran in the transaction; no ROLLBACK is sent).
+   */
+  get beginEnd(): AttemptEnd | undefined {
+    return this.#beginEnd;
+  }
+
+  /**
+   * {@link TxAttempt.begin} on a replica's client, bounded: no answer within `ms` (a replica that stops
+   * answering: packets dropped, nothing refused) marks the connection broken and returns 'unanswered'
+   * — nothing of the callback has run, and the caller sends the read to the primary. The client is
+   * destroyed by {@link TxAttempt.release}.
+   */
+  async beginWithin(text: string, ms: number): Promise<AttemptEnd | undefined | 'unanswered'> {
+    let timer: NodeJS.Timeout | undefined;
+    const unanswered = new Promise<'unanswered'>((resolve) => {
+      timer = setTimeout(() => resolve('unanswered'), ms);
+    });
+    try {
+      const first = await Promise.race([this.begin(text), unanswered]);
+      if (first === 'unanswered') {
+        this.markBroken(new Error(`pg-txkit: the replica did not answer BEGIN within ${ms} ms`));
+      }
+      return first;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
   /** Sends a statement of the manager itself (SAVEPOINT, RELEASE …), in order with the scopes' queries. */
   internal(text: string): Promise<unknown> {
+    if (this.#beginEnd !== undefined) return Promise.reject(this.#beginError);
     return this.#send([text]);
   }
 
@@ -303,7 +375,10 @@ export class TxAttempt {
   async commit(value: unknown, afterCommit: readonly AfterCommit[]): Promise<AttemptEnd> {
     this.#closed = true;
     let failure: TxKitError | undefined;
-    if (this.#broken) {
+    if (this.#opening !== undefined) {
+      // The callback sent nothing: BEGIN was never sent, so there is nothing to commit.
+      this.#opening = undefined;
+    } else if (this.#broken) {
       // The connection died before COMMIT was sent: the server rolled back; safe to retry.
       failure = this.brokenFailure();
     } else {
@@ -345,8 +420,10 @@ export class TxAttempt {
    */
   async rollback(end: AttemptEnd): Promise<AttemptEnd> {
     this.#closed = true;
+    // BEGIN never sent: the server has nothing to roll back (its status is 'I').
+    this.#opening = undefined;
     let rollbackError: unknown;
-    if (!this.#broken && this.#context.statuses.of(this.client) !== 'I') {
+    if (!this.#broken && (this.#openBeforeStatus || this.#context.statuses.of(this.client) !== 'I')) {
       try {
         // ROLLBACK: undoes everything and releases every lock of the transaction.
         await this.#send(['ROLLBACK']);
@@ -385,7 +462,7 @@ export class TxAttempt {
         this.#connectionError instanceof Error
           ? this.#connectionError
           : new Error('pg-txkit: connection lost during the transaction');
-    } else if (this.#context.statuses.of(client) !== 'I') {
+    } else if (this.#openBeforeStatus || this.#context.statuses.of(client) !== 'I') {
       reason = new Error(
         'pg-txkit: client left inside a transaction; destroyed instead of returned to the pool',
       );
@@ -421,23 +498,117 @@ export class TxAttempt {
     // Wait for the query in flight, if any (FIFO): it hands the client over when it settles.
     if (this.#busy) await new Promise<void>((resolve) => this.#waiting.push(resolve));
     this.#busy = true;
+    try {
+      const opening = this.#opening;
+      if (opening !== undefined) {
+        this.#opening = undefined;
+        if (fitsFirstFlight(args[0], args[1])) return await this.#firstFlight<R>(opening, args, fromScope);
+        // This statement cannot share the flight (see fitsFirstFlight): BEGIN goes on its own first.
+        const failedBegin = await this.#sendBegin(opening);
+        if (failedBegin !== undefined) {
+          this.#beginEnd = failedBegin;
+          this.#beginError = failedBegin.type === 'failure' ? failedBegin.failure : failedBegin.error;
+          throw this.#beginError;
+        }
+      }
+      return await this.#sendNow<R>(args, fromScope);
+    } finally {
+      this.#handOver();
+    }
+  }
+
+  /** {@link TxAttempt.#send} once the client is ours and the transaction has begun. */
+  async #sendNow<R extends pg.QueryResultRow>(
+    args: QueryArgs,
+    fromScope: boolean,
+  ): Promise<pg.QueryResult<R>> {
     const [text, values] = args;
     try {
       const result =
         typeof text === 'string'
           ? await this.client.query<R>(text, values as unknown[] | undefined)
           : await this.client.query<R>(configOf(text, values));
+      // Answered after the first flight's ReadyForQuery: the status is current again.
+      this.#openBeforeStatus = false;
       this.#lastQueryFailed = false;
       if (fromScope) this.#checkStillInTransaction();
       return result;
     } catch (error) {
+      this.#openBeforeStatus = false;
       const shown = this.#noteQueryError(error);
       if (fromScope) this.#checkStillInTransaction();
       throw shown;
-    } finally {
-      const next = this.#waiting.shift();
-      if (next === undefined) this.#busy = false;
-      else next();
+    }
+  }
+
+  /** The query in flight has settled: the next waiting one gets the client. */
+  #handOver(): void {
+    const next = this.#waiting.shift();
+    if (next === undefined) this.#busy = false;
+    else next();
+  }
+
+  /** BEGIN on its own round trip, for a first statement that cannot share the flight. */
+  async #sendBegin(
+    opening: readonly string[],
+  ): Promise<Extract<AttemptEnd, { type: 'failure' | 'defect' }> | undefined> {
+    try {
+      await this.client.query(opening.join('; '));
+      this.#lastQueryFailed = false;
+      return undefined;
+    } catch (error) {
+      const shown = this.#noteQueryError(error);
+      const failure = this.failureOf(shown);
+      return failure === undefined ? { type: 'defect', error: shown } : { type: 'failure', failure };
+    }
+  }
+
+  /**
+   * The first flight: BEGIN, its SET LOCALs and this statement in one round trip. The statement's
+   * result and error are pg's own. When BEGIN (or a SET LOCAL) failed, the statement never ran: the
+   * attempt records how it ends ({@link TxAttempt.beginEnd}) as a failed {@link TxAttempt.begin} did,
+   * and the caller gets the error.
+   */
+  async #firstFlight<R extends pg.QueryResultRow>(
+    opening: readonly string[],
+    args: QueryArgs,
+    fromScope: boolean,
+  ): Promise<pg.QueryResult<R>> {
+    const Flight = this.#flight as FirstFlightClass;
+    let query: FirstFlightQuery;
+    try {
+      // A config object goes as a copy (see configOf): pg 8.11's Query writes into the object it gets.
+      const [text, values] = args;
+      query =
+        typeof text === 'string'
+          ? new Flight(opening, text, values)
+          : new Flight(opening, configOf(text, values), undefined);
+    } catch (error) {
+      // Nothing was sent (pg refused the config): BEGIN still goes with the next statement, never skipped.
+      this.#opening = opening;
+      throw error;
+    }
+    try {
+      // pg returns a Submittable as it was given: the flight itself, a promise of pg's own result.
+      const result = (await this.client.query(query as unknown as pg.QueryConfig)) as pg.QueryResult<R>;
+      this.#lastQueryFailed = false;
+      if (fromScope) this.#checkStillInTransaction();
+      return result;
+    } catch (error) {
+      // BEGIN ran unless it was the opening statement that failed (the ones after it: SET LOCAL). When
+      // the status still reads the 'I' from before BEGIN, its ReadyForQuery has not been read yet.
+      if ((!query.beginFailed || query.openingDone > 0) && this.#context.statuses.of(this.client) === 'I') {
+        this.#openBeforeStatus = true;
+      }
+      const shown = this.#noteQueryError(error);
+      if (query.beginFailed) {
+        const failure = this.failureOf(shown);
+        this.#beginEnd =
+          failure === undefined ? { type: 'defect', error: shown } : { type: 'failure', failure };
+        this.#beginError = shown;
+      }
+      // No check that the statement left the transaction: a failed statement ends none.
+      throw shown;
     }
   }
 
@@ -502,7 +673,7 @@ export class TxAttempt {
    */
   #checkStillInTransaction(): void {
     if (this.#broken || this.#closed) return;
-    if (this.#context.statuses.of(this.client) !== 'I') return;
+    if (this.#openBeforeStatus || this.#context.statuses.of(this.client) !== 'I') return;
     throw this.#misused(
       new TxUsageError(
         'transaction-control',

@@ -11,8 +11,8 @@ import {
 } from '../errors/index.js';
 import { type OpenTelemetryApi, resolveOpenTelemetry } from '../observability/otel-api.js';
 import { type TxCall, type TxMetrics, TxTelemetry } from '../observability/tx-telemetry.js';
-import { acquireClient } from './acquire-client.js';
-import { beginSql } from './begin-sql.js';
+import { acquireClient, freeClients } from './acquire-client.js';
+import { beginSql, beginStatements } from './begin-sql.js';
 import { guardClientErrors } from './guard-client-errors.js';
 import { HookRunner } from './hooks.js';
 import { isPool } from './is-pool.js';
@@ -177,6 +177,8 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
   readonly #settingsCache = new Map<string, TxSettings>();
   /** The BEGIN text of each settings object (built once). */
   readonly #beginText = new WeakMap<TxSettings, string>();
+  /** The BEGIN statements of each settings object, one by one (built once). */
+  readonly #beginList = new WeakMap<TxSettings, readonly string[]>();
   /** Domain errors built by the constraint map: thrown by an inner doOrThrow, they are still values. */
   readonly #mapped = new WeakSet<object>();
 
@@ -375,6 +377,15 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
       this.#settingsCache.set(key, parsed.value);
     }
     return parsed;
+  }
+
+  #beginStatements(settings: TxSettings): readonly string[] {
+    let statements = this.#beginList.get(settings);
+    if (statements === undefined) {
+      statements = beginStatements(settings);
+      this.#beginList.set(settings, statements);
+    }
+    return statements;
   }
 
   #beginSql(settings: TxSettings): string {
@@ -604,9 +615,31 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
       const left = Math.max(1, Math.floor(settings.deadline - (performance.now() - startedAt)));
       timeoutMs = Math.min(timeoutMs ?? left, left);
     }
-    const acquired = await this.#acquire(settings, { timeoutMs, failFast: independent });
+    const options = { timeoutMs, failFast: independent };
+    const acquired = await this.#acquire(settings, options);
     if (acquired.isErr()) return { type: 'failure', failure: acquired.error };
-    const client = acquired.value;
+    const { client, replicaAnswerMs } = acquired.value;
+    const end = await this.#attemptOn(client, replicaAnswerMs, fn, settings, number);
+    if (end !== 'unanswered') return end;
+    // The replica took the client but did not answer BEGIN in time: nothing of the callback ran; the
+    // primary serves the read (it has everything the replica has), and the next reads go there too.
+    this.#router?.unreachable();
+    const primary = await acquireClient(this.pool, this.#connect, options);
+    if (primary.isErr()) return { type: 'failure', failure: primary.error };
+    return (await this.#attemptOn(primary.value, undefined, fn, settings, number)) as AttemptEnd;
+  }
+
+  /**
+   * One attempt on `client`. With `replicaAnswerMs` (a replica's client), BEGIN must answer within it,
+   * else 'unanswered' comes back before the callback runs.
+   */
+  async #attemptOn(
+    client: pg.PoolClient,
+    replicaAnswerMs: number | undefined,
+    fn: TxCallback<unknown>,
+    settings: TxSettings,
+    number: number,
+  ): Promise<AttemptEnd | 'unanswered'> {
     let attempt: TxAttempt;
     try {
       this.#attemptContext.statuses.watch(client);
@@ -617,7 +650,16 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
     }
     try {
       const handle = new TxHandle(attempt, 0, settings.name);
-      const failedBegin = await attempt.begin(this.#beginSql(settings));
+      const text = this.#beginSql(settings);
+      // BEGIN goes out with the callback's first statement, in one round trip (first-flight.ts); on a
+      // replica it goes first, bounded, so that a silent replica is left before the callback starts.
+      const failedBegin =
+        replicaAnswerMs !== undefined
+          ? await attempt.beginWithin(text, replicaAnswerMs)
+          : attempt.defer(this.#beginStatements(settings))
+            ? undefined
+            : await attempt.begin(text);
+      if (failedBegin === 'unanswered') return failedBegin;
       const end = failedBegin ?? (await this.#runScope(attempt, handle, fn));
       if (end.type !== 'committed') {
         await this.#runAfterRollback(
@@ -636,35 +678,59 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
   /**
    * The client of an attempt: from the replica when the router sends it there (and, inside a
    * read-your-writes window, only when that replica client has replayed the context's last write), else
-   * from the primary pool.
+   * from the primary pool. A replica client comes with `replicaAnswerMs`, the bound its BEGIN must
+   * answer within. A replica that refuses the connection, or does not hand out a client within that
+   * bound, sends the read to the primary (and, when it had room for a client and still gave none, the
+   * next reads too, for the router's cooldown).
    */
   async #acquire(
     settings: TxSettings,
     options: { timeoutMs: number | undefined; failFast: boolean },
-  ): Promise<Result<pg.PoolClient, DatabaseFailure>> {
+  ): Promise<Result<{ client: pg.PoolClient; replicaAnswerMs: number | undefined }, DatabaseFailure>> {
     const router = this.#router;
     if (router !== undefined) {
       const route = await router.route(settings);
       if (route.to === 'replica') {
-        const acquired = await acquireClient(router.pool, router.connect, options);
-        // A replica that cannot be reached: the primary serves the read (it has everything the replica has).
-        if (acquired.isErr() && acquired.error.kind !== 'ConnectionLost') return acquired;
-        if (acquired.isErr()) return acquireClient(this.pool, this.#connect, options);
-        if (route.lsn === undefined) return acquired;
-        const replayed = await router.replayed(acquired.value, route.lsn);
-        if (replayed === 'replayed') return acquired;
+        const answerMs = router.answerMs(options.timeoutMs);
+        // A replica pool with room for a client that still gives none in time is not answering; a full
+        // one is only busy.
+        const hadRoom = freeClients(router.pool) > 0;
+        const acquired = await acquireClient(router.pool, router.connect, {
+          ...options,
+          timeoutMs: answerMs,
+        });
+        if (acquired.isErr()) {
+          const kind = acquired.error.kind;
+          if (kind !== 'ConnectionLost' && kind !== 'PoolExhausted') return err(acquired.error);
+          if (kind === 'ConnectionLost' || hadRoom) router.unreachable();
+          return this.#primaryClient(options);
+        }
+        const client = acquired.value;
+        if (route.lsn === undefined) return ok({ client, replicaAnswerMs: answerMs });
+        const replayed = await router.replayed(client, route.lsn, answerMs);
+        if (replayed === 'replayed') return ok({ client, replicaAnswerMs: answerMs });
         // Not replayed yet: the read goes to the primary, and this healthy client back to its pool.
-        acquired.value.release(
-          replayed === 'failed' ? new Error('pg-txkit: replay check failed') : undefined,
-        );
+        client.release(replayed === 'failed' ? new Error('pg-txkit: replay check failed') : undefined);
       }
     }
-    return acquireClient(this.pool, this.#connect, options);
+    return this.#primaryClient(options);
+  }
+
+  async #primaryClient(options: {
+    timeoutMs: number | undefined;
+    failFast: boolean;
+  }): Promise<Result<{ client: pg.PoolClient; replicaAnswerMs: undefined }, DatabaseFailure>> {
+    const acquired = await acquireClient(this.pool, this.#connect, options);
+    return acquired.map((client) => ({ client, replicaAnswerMs: undefined }));
   }
 
   /** Runs the outermost scope's callback and ends the attempt: COMMIT when it may, else ROLLBACK. */
   async #runScope(attempt: TxAttempt, handle: TxHandle, fn: TxCallback<unknown>): Promise<AttemptEnd> {
     const outcome = await this.#invoke(handle, fn);
+    // BEGIN, sent with the first statement, failed: the attempt ends as a failed BEGIN always has —
+    // nothing ran in a transaction, nothing to roll back — whatever the callback made of the error.
+    const failedBegin = attempt.beginEnd;
+    if (failedBegin !== undefined) return failedBegin;
     let end: AttemptEnd;
     if (attempt.misuse) {
       // The transaction was misused (ended through tx.query, a concurrent scope): a defect, never Ok.

@@ -219,9 +219,10 @@ describe('TxManager.do basics', () => {
       expect(log.texts).toEqual([]);
       expect(counted.totalCount).toBe(0);
       // and a valid call does send SQL (the counter works)
-      await tm.doOrThrow(() => 1, { lockTimeout: 10 });
+      await tm.doOrThrow((tx) => tx.query('SELECT 1'), { lockTimeout: 10 });
       expect(log.texts).toEqual([
         'BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = 10',
+        'SELECT 1',
         'COMMIT',
       ]);
     } finally {

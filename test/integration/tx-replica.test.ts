@@ -1,5 +1,6 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { classify } from '../../src/errors/index.js';
 import { FaultProxy } from '../../src/testing/fault-proxy.js';
 import { type StartedPostgres, startPostgres } from '../../src/testing/start-postgres.js';
 import type { StartedStandby } from '../../src/testing/start-standby.js';
@@ -195,5 +196,79 @@ describe('a replica that cannot be reached', () => {
     await proxy.close(); // the replica's address now refuses connections
     await replicaPool.query('SELECT 1').catch(() => {}); // (its idle client is gone too)
     expect(await tm.doOrThrow(where, { readOnly: true })).toBe(false);
+  });
+
+  it('a replica that stops answering (packets dropped, not refused): its idle client is given up after the bound and the primary serves the read', async () => {
+    const proxy = await FaultProxy.start({ target: standby.url });
+    proxies.push(proxy);
+    // No connectionTimeoutMillis on this pool: the manager's own bound applies.
+    const replicaPool = newPool(proxy.url, 1);
+    const tm = new TxManager(newPool(primary.url), { replica: replicaPool });
+    const where = (tx: { query: pg.Pool['query'] }) =>
+      tx.query<{ standby: boolean }>('SELECT pg_is_in_recovery() AS standby').then((r) => r.rows[0]?.standby);
+    expect(await tm.doOrThrow(where, { readOnly: true })).toBe(true); // the replica's client is now idle
+    proxy.stall();
+    let ran = 0;
+    const read = await tm.doOrThrow(
+      (tx) => {
+        ran++;
+        return where(tx);
+      },
+      { readOnly: true },
+    );
+    expect(read).toBe(false);
+    expect(ran).toBe(1); // the callback never started on the replica: it ran once, on the primary
+    // The next read does not try the silent replica again: it goes straight to the primary.
+    const connectionsBefore = proxy.connections;
+    expect(await tm.doOrThrow(where, { readOnly: true })).toBe(false);
+    expect(proxy.connections).toBeLessThanOrEqual(connectionsBefore);
+    proxy.resume();
+  });
+
+  it('a replica whose new connections are never answered: the acquire is bounded and the read goes to the primary', async () => {
+    const proxy = await FaultProxy.start({ target: standby.url });
+    proxies.push(proxy);
+    proxy.stall(); // TCP connects to the proxy; the startup message is never answered
+    // Neither this pool nor the call bounds the wait beyond the call's acquireTimeout.
+    const tm = new TxManager(newPool(primary.url), { replica: newPool(proxy.url, 2) });
+    const where = (tx: { query: pg.Pool['query'] }) =>
+      tx.query<{ standby: boolean }>('SELECT pg_is_in_recovery() AS standby').then((r) => r.rows[0]?.standby);
+    const read = await tm.do(where, { readOnly: true, acquireTimeout: 300 });
+    expect(read._unsafeUnwrap()).toBe(false);
+    proxy.resume();
+  });
+});
+
+describe('a serializable BEGIN refused by a hot standby (0A000), sent with the first statement', () => {
+  it('the statement behind it never runs, and the failure is the one BEGIN alone gives', async () => {
+    // A pool pointed straight at the standby (a stale address): BEGIN ISOLATION LEVEL SERIALIZABLE is
+    // refused there. The statement behind it changes the session (a setting kept past the statement):
+    // had it run in autocommit, the session would show it afterwards.
+    const direct = newPool(standby.url, 1);
+    const alone = await direct.query('BEGIN ISOLATION LEVEL SERIALIZABLE').then(
+      () => undefined,
+      (error: unknown) => classify(error),
+    );
+    await direct.query('ROLLBACK').catch(() => {});
+    expect(alone?.kind).toBeDefined();
+    const tm = new TxManager(direct);
+    let ran = 0;
+    const result = await tm.do(
+      async (tx) => {
+        ran++;
+        await tx.query("SELECT set_config('application_name', $1, false)", ['ran-outside-its-transaction']);
+        return 'read';
+      },
+      { isolation: 'serializable', maxAttempts: 1 },
+    );
+    expect(result._unsafeUnwrapErr().kind).toBe(alone?.kind);
+    expect((result._unsafeUnwrapErr() as { code?: string }).code).toBe('0A000');
+    expect(ran).toBe(1);
+    const { rows } = await direct.query<{ name: string }>('SHOW application_name');
+    expect(rows[0]?.name).not.toBe('ran-outside-its-transaction');
+    const seen = await newPool(standby.url, 1).query<{ n: number }>(
+      "SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'ran-outside-its-transaction'",
+    );
+    expect(seen.rows[0]?.n).toBe(0);
   });
 });

@@ -40,6 +40,14 @@ export function countingPool(
     // biome-ignore lint/suspicious/noExplicitAny: pg's query has many overloads; this only observes them.
     override query(...args: any[]): any {
       const first = args[0];
+      // The first statement of a transaction travels with BEGIN in one flight: the flight names its
+      // opening statements (BEGIN and the SET LOCALs, logged as the one text they used to be sent as).
+      const opening = (first as { opening?: unknown } | undefined)?.opening;
+      if (Array.isArray(opening)) {
+        const begin = opening.join('; ');
+        log.texts.push(begin);
+        onQuery(begin);
+      }
       const text = typeof first === 'string' ? first : String((first as { text?: unknown })?.text);
       log.texts.push(text);
       onQuery(text);
