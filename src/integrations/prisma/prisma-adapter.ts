@@ -3,10 +3,8 @@ import type { SqlDriverAdapter, SqlDriverAdapterFactory } from '@prisma/driver-a
 import type { TxManager } from '../../tx/tx-manager.js';
 import { type BuilderOptions, builderSettings } from '../shared/builder-options.js';
 import { PrismaTxAdapter } from './prisma-driver-adapter.js';
+import type { PrismaPgOptions } from './prisma-pg-options.js';
 import { routedPool } from './routed-pool.js';
-
-/** `@prisma/adapter-pg`'s own options (`schema`, `statementNameGenerator`, `userDefinedTypeParser` …). */
-export type PrismaPgOptions = NonNullable<ConstructorParameters<typeof PrismaPg>[1]>;
 
 /**
  * Options of {@link prismaAdapter}: the builders' `propagation` (how `$transaction` joins a `tm.do`

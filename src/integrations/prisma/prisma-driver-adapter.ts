@@ -11,8 +11,8 @@ import type { TxManager } from '../../tx/tx-manager.js';
 import { TxUsageError } from '../../tx/tx-usage-error.js';
 import type { BuilderSettings } from '../shared/builder-options.js';
 import { openBuilderTransaction } from '../shared/builder-transaction.js';
-import type { PrismaPgOptions } from './prisma-adapter.js';
 import { prismaIsolation } from './prisma-isolation.js';
+import type { PrismaPgOptions } from './prisma-pg-options.js';
 import { PrismaTxTransaction } from './prisma-transaction.js';
 import type { RoutedPoolClass } from './routed-pool.js';
 
