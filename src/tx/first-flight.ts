@@ -274,6 +274,9 @@ export function fitsFirstFlight(
     if (values === undefined && Array.isArray(config.values) && config.values.length > 0) hasValues = true;
   }
   if (typeof sql !== 'string') return false;
+  // COPY goes on its own after BEGIN: PostgreSQL ignores a Sync that arrives while it is in COPY IN
+  // mode, so a COPY … FROM STDIN behind the flight's one Sync would wait forever for another.
+  if (/^\s*copy\b/i.test(sql)) return false;
   if (hasValues) return true;
   const semicolon = sql.indexOf(';');
   return semicolon === -1 || sql.slice(semicolon).replace(/[\s;]/g, '') === '';

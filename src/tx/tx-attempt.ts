@@ -621,8 +621,17 @@ export class TxAttempt {
    * otherwise: they do not end the transaction.
    */
   #refuseControl(textOrConfig: string | pg.QueryConfig): TxUsageError | undefined {
-    const text = typeof textOrConfig === 'string' ? textOrConfig : textOrConfig.text;
-    if (typeof text !== 'string') return undefined;
+    const text = sqlOf(textOrConfig);
+    if (typeof text !== 'string') {
+      if (typeof (textOrConfig as { submit?: unknown }).submit !== 'function') return undefined;
+      // A submittable whose SQL cannot be read (a stream or cursor class of its own) could end the
+      // transaction unseen: awaiting it returns before it has run, so not even the backstop sees it.
+      return new TxUsageError(
+        'transaction-control',
+        'a submittable query whose SQL text cannot be read (neither .text nor .cursor.text) was sent through ' +
+          'tx.query: it cannot be checked for COMMIT/ROLLBACK, so nothing was sent.',
+      );
+    }
     const statements = controlStatements(text);
     if (statements.length === 0) return undefined;
     const ownedHere = this.#userSavepoints.at(-1);
@@ -736,6 +745,18 @@ export class TxAttempt {
       this.#context.hooks.slow({ name: this.settings.name, attempt: this.number, durationMs });
     }
   }
+}
+
+/**
+ * The SQL text of a query: the string, a config's `text`, or a submittable's (pg-cursor keeps it on
+ * `.text`, pg-query-stream on `.cursor.text`).
+ */
+function sqlOf(textOrConfig: string | pg.QueryConfig): string | undefined {
+  if (typeof textOrConfig === 'string') return textOrConfig;
+  const config = textOrConfig as { text?: unknown; cursor?: { text?: unknown } };
+  if (typeof config.text === 'string') return config.text;
+  const cursorText = config.cursor?.text;
+  return typeof cursorText === 'string' ? cursorText : undefined;
 }
 
 /**

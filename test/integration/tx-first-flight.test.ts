@@ -270,3 +270,20 @@ describe.each([
     }
   });
 });
+
+describe('COPY is never part of the flight', () => {
+  it('a COPY … FROM STDIN as the first statement fails as on a plain client instead of waiting forever', async () => {
+    // PostgreSQL ignores a Sync that arrives in COPY IN mode: behind the flight's one Sync the server
+    // waited for another one, and the callback never settled (the client stayed checked out).
+    const tm = new TxManager(pool);
+    const outcome = await tm
+      .do((tx) => tx.query('COPY ff FROM STDIN'))
+      .then(
+        (r) => (r.isErr() ? r.error : r.value),
+        (error: unknown) => error,
+      );
+    expect(outcome).toBeInstanceOf(Error);
+    expect(await rowsInTable()).toEqual([]);
+    expect(pool.idleCount).toBe(pool.totalCount);
+  });
+});

@@ -227,6 +227,30 @@ describe('transaction control through tx.query', () => {
     expect(await count()).toBe(0);
   });
 
+  it('a COMMIT in a submittable (a stream keeps its SQL on .cursor.text) is refused before it is submitted', async () => {
+    const tm = new TxManager(pool);
+    let submitted = 0;
+    // The shape of pg-query-stream's QueryStream: its SQL on .cursor.text, its own submit().
+    const stream = { cursor: { text: 'COMMIT' }, submit: () => void submitted++ };
+    const unreadable = { submit: () => void submitted++ };
+    const outcomes: unknown[] = [];
+    const outcome = await tm
+      .do(async (tx) => {
+        await tx.query('INSERT INTO m VALUES (1)');
+        for (const q of [stream, unreadable]) {
+          await tx.query(q as unknown as pg.QueryConfig).catch((error: unknown) => outcomes.push(error));
+        }
+        await tx.query('INSERT INTO m VALUES (2)').catch(() => {});
+        return 'ok';
+      })
+      .then(...settled);
+    expect(submitted).toBe(0);
+    expect(outcomes).toHaveLength(2);
+    for (const e of outcomes) expect((e as TxUsageError).reason).toBe('transaction-control');
+    expect(outcome).toEqual({ error: outcomes[0] });
+    expect(await count()).toBe(0);
+  });
+
   it("a user's own savepoints are not mistaken for the end of the transaction", async () => {
     const tm = new TxManager(pool);
     const result = await tm.do(async (tx) => {
