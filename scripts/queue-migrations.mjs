@@ -20,7 +20,9 @@ export function generate() {
   const entries = files.map((name, i) => {
     const version = Number(name.slice(0, 4));
     if (version !== i + 1) throw new Error(`${name}: expected version ${i + 1} (no gaps, no repeats)`);
-    const sql = readFileSync(join(dir, name), 'utf8');
+    // LF whatever the checkout: a CRLF checkout (Git for Windows' default) would ship other checksums,
+    // and migrate() would refuse a schema an LF build migrated (.gitattributes keeps them LF too).
+    const sql = readFileSync(join(dir, name), 'utf8').replaceAll('\r\n', '\n');
     const checksum = createHash('sha256').update(sql).digest('hex');
     return `  {\n    version: ${version},\n    name: ${JSON.stringify(name)},\n    checksum: ${JSON.stringify(checksum)},\n    sql: ${JSON.stringify(sql)},\n  },\n`;
   });

@@ -52,8 +52,12 @@ async function loadTasksModule(path: string): Promise<TasksModule> {
     if (!isPayloadSchema(schema))
       throw new UsageError(`--tasks ${path}: tasks.${name} is not a schema (zod or Standard Schema)`);
   }
-  if (typeof handlers !== 'object' || handlers === null) {
-    throw new UsageError(`--tasks ${path}: export 'handlers' (task name → async function) is missing`);
+  if (typeof handlers !== 'object' || handlers === null || Object.keys(handlers).length === 0) {
+    // A worker with no handler would migrate, claim nothing and exit 0: a supervisor restarts it in a
+    // silent loop.
+    throw new UsageError(
+      `--tasks ${path}: export 'handlers' (task name → async function) is missing or empty`,
+    );
   }
   for (const [name, handler] of Object.entries(handlers)) {
     if (typeof handler !== 'function')

@@ -11,6 +11,7 @@ import { runBin } from './cli-support.js';
 const { pool, url } = await useTestDatabase();
 const TASKS = fileURLToPath(new URL('../fixtures/worker-tasks.mjs', import.meta.url));
 const BROKEN = fileURLToPath(new URL('../fixtures/worker-tasks-broken.mjs', import.meta.url));
+const NO_HANDLERS = fileURLToPath(new URL('../fixtures/worker-tasks-no-handlers.mjs', import.meta.url));
 const queue = new Queue({
   pool,
   txManager: new TxManager(pool),
@@ -88,6 +89,7 @@ describe('pg-txkit worker (a process)', () => {
   it.each([
     [['--tasks', '/nonexistent/tasks.mjs'], 2, /cannot load --tasks/],
     [['--tasks', BROKEN], 2, /handlers\.other has no schema in 'tasks'/],
+    [['--tasks', NO_HANDLERS], 2, /export 'handlers' \(task name → async function\) is missing or empty/],
     [['--tasks', TASKS, '--concurrency', '0'], 2, /expected an integer from 1 to 1000/],
   ])('%j → exit %i before connecting, one line', async (argv, code, message) => {
     const r = await runBin(['worker', ...(argv as string[]), '--url', url]);

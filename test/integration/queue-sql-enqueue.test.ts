@@ -44,6 +44,23 @@ describe('<schema>.enqueue from SQL', () => {
     expect(seen).toEqual([{ to: 'a@example.com', lang: 'en' }]);
   });
 
+  it('the handler gets the same payload from SQL as from enqueue(): the JSON of the parsed value', async () => {
+    const stampTasks = { stamp: z.object({ at: z.coerce.date() }) };
+    const queue = new Queue({ pool, txManager: tm, schema: `q_sqlenq_${++seq}`, tasks: stampTasks });
+    (await queue.migrate())._unsafeUnwrap();
+    await tm.doOrThrow((tx) => queue.enqueue(tx, 'stamp', { at: '2026-12-04T10:00:00Z' }));
+    await pool.query(`SELECT ${queue.schema}.enqueue('stamp', '{"at":"2026-12-04T10:00:00Z"}')`);
+    const seen: unknown[] = [];
+    const worker = queue.work({ stamp: async (job) => void seen.push(job.payload.at) }, { pollInterval: 50 });
+    try {
+      await eventually(() => worker.counters.completed === 2);
+    } finally {
+      await worker.stop();
+    }
+    // enqueue() stores the parsed Date as JSON, so its handler reads a string: a job from SQL the same.
+    expect(seen).toEqual(['2026-12-04T10:00:00.000Z', '2026-12-04T10:00:00.000Z']);
+  });
+
   it('a key: the live job of the task with that key comes back instead of a duplicate, as enqueue() does', async () => {
     const queue = await freshQueue();
     const js = (await queue.enqueue(pool, 'email', { to: 'a' }, { key: 'k' }))._unsafeUnwrap();

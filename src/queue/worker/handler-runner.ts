@@ -422,7 +422,9 @@ export class HandlerRunner {
           running.final = true;
           return checked.error;
         }
-        payload = checked.value;
+        // The handler gets what enqueue() would have stored: the JSON of the parsed value (a
+        // z.coerce.date() field is a string for an enqueued job, so it is one here too).
+        payload = JSON.parse(JSON.stringify(checked.value)) as typeof payload;
       }
     }
     const ms = this.#o.handlerTimeout;
