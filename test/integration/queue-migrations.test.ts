@@ -47,7 +47,13 @@ describe('checksums', () => {
     const first = QUEUE_MIGRATIONS[0];
     if (first === undefined) throw new Error('no migration');
     const edited = { ...first, sql: `${first.sql}\n-- an edit`, checksum: 'f'.repeat(64) };
-    const extra = { version: 3, name: '0003_extra.sql', checksum: 'e'.repeat(64), sql: 'SELECT 1' };
+    const next = QUEUE_MIGRATIONS.length + 1;
+    const extra = {
+      version: next,
+      name: `${String(next).padStart(4, '0')}_extra.sql`,
+      checksum: 'e'.repeat(64),
+      sql: 'SELECT 1',
+    };
     const r = await migrateQueue(pool, schema, {}, [edited, ...QUEUE_MIGRATIONS.slice(1), extra]);
     const error = r._unsafeUnwrapErr();
     expect(error).toBeInstanceOf(MigrationChanged);
@@ -60,7 +66,7 @@ describe('checksums', () => {
     });
     expect(error.message).toContain(first.checksum);
     expect(error.message).toContain('f'.repeat(64));
-    // Refused before anything ran: version 3 was not applied.
+    // Refused before anything ran: the extra version was not applied.
     expect((await recorded(schema)).map((m) => m.version)).toEqual(QUEUE_MIGRATIONS.map((m) => m.version));
   });
 
