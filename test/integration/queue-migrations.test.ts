@@ -153,3 +153,23 @@ describe('upgrades', () => {
     });
   }
 });
+
+describe('0003 (a finite run_at, a non-empty group key)', () => {
+  it('a schema holding a -infinity job fails the migration (CheckViolation), nothing applied; once moved, it migrates', async () => {
+    const schema = `q_up_${++seq}`;
+    const s = pg.escapeIdentifier(schema);
+    const before = QUEUE_MIGRATIONS.filter((m) => m.version <= 2);
+    (await migrateQueue(pool, schema, {}, before))._unsafeUnwrap();
+    await pool.query(
+      `INSERT INTO ${s}.jobs (task, payload, run_at) VALUES ('email', '{"to":"a"}', '-infinity')`,
+    );
+    const failed = await queueOn(schema).migrate();
+    expect(failed._unsafeUnwrapErr()).toMatchObject({
+      kind: 'CheckViolation',
+      constraint: 'jobs_run_at_finite',
+    });
+    expect((await recorded(schema)).map((m) => m.version)).toEqual([1, 2]);
+    await pool.query(`UPDATE ${s}.jobs SET run_at = now() WHERE NOT isfinite(run_at)`);
+    expect((await queueOn(schema).migrate())._unsafeUnwrap()).toEqual({ applied: [3], version: 3 });
+  });
+});
