@@ -23,7 +23,7 @@ describe('pg-txkit doctor: queue health', () => {
     const q = queues[0];
     expect(q).toMatchObject({
       schema: 'doc_q',
-      version: 2,
+      version: 3,
       pending: { count: 4, exact: true },
       ready: { count: 3, exact: true },
       running: { count: 2, exact: true },
@@ -43,7 +43,7 @@ describe('pg-txkit doctor: queue health', () => {
     expect(r.stdout).toContain('Blocking tree (root blockers first)');
     expect(r.stdout).toContain('Queues');
     expect(r.stdout).toMatch(/schema\s+version\s+pending\s+ready\s+running\s+expired\s+dead\s+oldest ready/);
-    expect(r.stdout).toMatch(/doc_q2\s+2\s+4\s+3\s+2\s+1\s+2\s+6\d s/);
+    expect(r.stdout).toMatch(/doc_q2\s+3\s+4\s+3\s+2\s+1\s+2\s+6\d s/);
     expect(r.stdout).not.toMatch(/doc_q\s/);
     expect(r.stdout).toMatch(/✖ doc_q2: the oldest ready job waits for \d+ s/);
     expect(r.stdout).toMatch(/! doc_q2: 2 dead job\(s\)/);

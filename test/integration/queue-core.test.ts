@@ -39,10 +39,10 @@ describe('migrate', () => {
     );
     const results = await Promise.all(queues.map((q) => q.migrate()));
     const applied = results.map((r) => r._unsafeUnwrap().applied.length);
-    expect(applied.filter((n) => n > 0)).toEqual([2]);
-    expect(results.every((r) => r._unsafeUnwrap().version === 2)).toBe(true);
+    expect(applied.filter((n) => n > 0)).toEqual([3]);
+    expect(results.every((r) => r._unsafeUnwrap().version === 3)).toBe(true);
     const again = await queues[0]?.migrate();
-    expect(again?._unsafeUnwrap()).toEqual({ applied: [], version: 2 });
+    expect(again?._unsafeUnwrap()).toEqual({ applied: [], version: 3 });
   });
 });
 

@@ -47,7 +47,13 @@ describe('checksums', () => {
     const first = QUEUE_MIGRATIONS[0];
     if (first === undefined) throw new Error('no migration');
     const edited = { ...first, sql: `${first.sql}\n-- an edit`, checksum: 'f'.repeat(64) };
-    const extra = { version: 3, name: '0003_extra.sql', checksum: 'e'.repeat(64), sql: 'SELECT 1' };
+    const next = QUEUE_MIGRATIONS.length + 1;
+    const extra = {
+      version: next,
+      name: `${String(next).padStart(4, '0')}_extra.sql`,
+      checksum: 'e'.repeat(64),
+      sql: 'SELECT 1',
+    };
     const r = await migrateQueue(pool, schema, {}, [edited, ...QUEUE_MIGRATIONS.slice(1), extra]);
     const error = r._unsafeUnwrapErr();
     expect(error).toBeInstanceOf(MigrationChanged);
@@ -60,7 +66,7 @@ describe('checksums', () => {
     });
     expect(error.message).toContain(first.checksum);
     expect(error.message).toContain('f'.repeat(64));
-    // Refused before anything ran: version 3 was not applied.
+    // Refused before anything ran: the extra version was not applied.
     expect((await recorded(schema)).map((m) => m.version)).toEqual(QUEUE_MIGRATIONS.map((m) => m.version));
   });
 
@@ -146,4 +152,24 @@ describe('upgrades', () => {
       expect((await queue.completeMany(rest))._unsafeUnwrap().completed).toHaveLength(2);
     });
   }
+});
+
+describe('0003 (a finite run_at, a non-empty group key)', () => {
+  it('a schema holding a -infinity job fails the migration (CheckViolation), nothing applied; once moved, it migrates', async () => {
+    const schema = `q_up_${++seq}`;
+    const s = pg.escapeIdentifier(schema);
+    const before = QUEUE_MIGRATIONS.filter((m) => m.version <= 2);
+    (await migrateQueue(pool, schema, {}, before))._unsafeUnwrap();
+    await pool.query(
+      `INSERT INTO ${s}.jobs (task, payload, run_at) VALUES ('email', '{"to":"a"}', '-infinity')`,
+    );
+    const failed = await queueOn(schema).migrate();
+    expect(failed._unsafeUnwrapErr()).toMatchObject({
+      kind: 'CheckViolation',
+      constraint: 'jobs_run_at_finite',
+    });
+    expect((await recorded(schema)).map((m) => m.version)).toEqual([1, 2]);
+    await pool.query(`UPDATE ${s}.jobs SET run_at = now() WHERE NOT isfinite(run_at)`);
+    expect((await queueOn(schema).migrate())._unsafeUnwrap()).toEqual({ applied: [3], version: 3 });
+  });
 });

@@ -178,4 +178,45 @@ describe('<schema>.enqueue from SQL', () => {
     const n = await pool.query(`SELECT count(*)::int AS n FROM ${queue.schema}.jobs`);
     expect(n.rows[0].n).toBe(0);
   });
+
+  it('a non-finite run_at, an empty group_key or an empty key is refused (22023), nothing inserted', async () => {
+    // An infinite run_at would sit first in line and make every claim fail (its epoch is no bigint); ''
+    // is the schema's own "no group" value, so a job in group '' would hold a slot nothing gives back.
+    const queue = await freshQueue();
+    for (const args of [
+      `'email', '{}', run_at => '-infinity'`,
+      `'email', '{}', run_at => 'infinity'`,
+      `'email', '{}', group_key => ''`,
+      `'email', '{}', key => ''`,
+    ]) {
+      await expect(pool.query(`SELECT ${queue.schema}.enqueue(${args})`)).rejects.toMatchObject({
+        code: '22023',
+      });
+    }
+    const n = await pool.query(`SELECT count(*)::int AS n FROM ${queue.schema}.jobs`);
+    expect(n.rows[0].n).toBe(0);
+    const g = await pool.query(`SELECT count(*)::int AS n FROM ${queue.schema}.job_groups`);
+    expect(g.rows[0].n).toBe(0);
+  });
+
+  it('a raw INSERT of a non-finite run_at or an empty group_key is refused by the table (23514)', async () => {
+    const queue = await freshQueue();
+    for (const values of [
+      `'email', '{}', '-infinity', NULL`,
+      `'email', '{}', 'infinity', NULL`,
+      `'email', '{}', now(), ''`,
+    ]) {
+      await expect(
+        pool.query(`INSERT INTO ${queue.schema}.jobs (task, payload, run_at, group_key) VALUES (${values})`),
+      ).rejects.toMatchObject({ code: '23514' });
+    }
+    // The claim still works: a good job behind the refused ones runs.
+    await sqlEnqueue(queue, `'email', '{"to":"a@example.com"}'`, []);
+    const worker = queue.work({ email: async () => {} }, { pollInterval: 50 });
+    try {
+      await eventually(() => worker.counters.completed === 1);
+    } finally {
+      await worker.stop();
+    }
+  });
 });
