@@ -61,6 +61,30 @@ describe('Knex raw transaction control outside tm.do', () => {
     },
   );
 
+  it("inside tm.do, db.raw('BEGIN') is refused before it is sent and the transaction cannot commit", async () => {
+    const { pool, tm } = manager(2);
+    const db = knex(knexConfig(tm));
+    try {
+      let caught: unknown;
+      const outcome = await tm
+        .do(async () => {
+          await db.raw('BEGIN').catch((error: unknown) => {
+            caught = error;
+          });
+          return 'ok';
+        })
+        .then(
+          (value) => value,
+          (error: unknown) => error,
+        );
+      expect(caught).toBeInstanceOf(TxUsageError);
+      expect(outcome).toBeInstanceOf(TxUsageError);
+      expect(pool.idleCount).toBe(pool.totalCount);
+    } finally {
+      await db.destroy();
+    }
+  });
+
   it("Knex's own db.transaction() still commits, and the pool is whole afterwards", async () => {
     const { pool, tm } = manager(2);
     const db = knex(knexConfig(tm));
@@ -116,6 +140,22 @@ describe('Kysely db.connection() outside tm.do', () => {
       "SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND objid = 42",
     );
     expect(held.rows[0]?.n).toBe(0);
+    expect(pool.idleCount).toBe(pool.totalCount);
+  });
+
+  it('a query the server refuses inside db.connection() gives the client back to the pool', async () => {
+    const { pool, tm } = manager(1);
+    const db = new Kysely<Record<string, never>>({ dialect: kyselyDialect(tm) });
+    const refused = await db
+      .connection()
+      .execute(async (conn) => sql`select 1 / 0`.execute(conn))
+      .then(
+        () => undefined,
+        (error: unknown) => error,
+      );
+    expect((refused as { code?: string }).code).toBe('22012');
+    const { rows } = await within(sql<{ one: number }>`select 1 as one`.execute(db), 10_000);
+    expect(rows).toEqual([{ one: 1 }]);
     expect(pool.idleCount).toBe(pool.totalCount);
   });
 
