@@ -2,6 +2,7 @@ import type pg from 'pg';
 import { controlStatements } from '../../tx/transaction-control.js';
 import type { TxManager } from '../../tx/tx-manager.js';
 import type { IsolationLevel } from '../../tx/tx-options.js';
+import { TxUsageError } from '../../tx/tx-usage-error.js';
 import type { BuilderSettings } from '../shared/builder-options.js';
 import { type BuilderTransaction, openBuilderTransaction } from '../shared/builder-transaction.js';
 
@@ -22,8 +23,9 @@ const ISOLATION: readonly (readonly [RegExp, IsolationLevel])[] = [
  * What Knex's PostgreSQL client takes for a pg connection, without one: each query goes to `tm.db()`
  * when it runs (the caller's transaction inside `tm.do`, the pool outside), and between the BEGIN
  * and the COMMIT / ROLLBACK of a Knex transaction on this connection, to the scope the manager opened
- * for it. Knex's own BEGIN / COMMIT / ROLLBACK never reach the server; its savepoints (nested
- * `trx.transaction()`) are sent in the scope as the user's own.
+ * for it. Knex's own BEGIN / COMMIT / ROLLBACK (sent while Knex runs a transaction on this
+ * connection) never reach the server; its savepoints (nested `trx.transaction()`) are sent in the scope
+ * as the user's own. A raw BEGIN / COMMIT / ROLLBACK (`db.raw('BEGIN')`) is refused before it is sent.
  *
  * @example
  * // Made by knexConfig's client for Knex; a user never constructs one:
@@ -35,6 +37,12 @@ export class TxKitKnexConnection<C extends Record<string, unknown>> {
   #scope: BuilderTransaction | undefined;
   /** This connection's transaction has ended. */
   #ended = false;
+  /**
+   * Knex sets this on the connection a transaction of its own runs on, before it sends the BEGIN, and
+   * deletes it when the transaction has ended (knex/lib/execution/transaction.js, acquireConnection):
+   * only then is a BEGIN / COMMIT / ROLLBACK Knex's own rather than the user's raw SQL.
+   */
+  declare __knexTxId?: string;
 
   constructor(tm: TxManager<C>, settings: BuilderSettings) {
     this.#tm = tm;
@@ -62,7 +70,29 @@ export class TxKitKnexConnection<C extends Record<string, unknown>> {
     const statements = controlStatements(config.text);
     const control = statements.length === 1 ? statements[0] : undefined;
     const statement = control?.type === 'control' ? control.statement.toLowerCase() : '';
-    if (KNEX_BEGIN.test(statement) && this.#scope === undefined) {
+    // Knex's BEGIN is its own only while Knex runs a transaction on this connection (__knexTxId); its
+    // COMMIT / ROLLBACK, while the scope that BEGIN opened is open (a nested trx.transaction() deletes
+    // __knexTxId when it ends, before the outer transaction's COMMIT).
+    const knexTransaction = this.__knexTxId !== undefined;
+    const scope = this.#scope;
+    const knexBegin = knexTransaction && scope === undefined && KNEX_BEGIN.test(statement);
+    const knexEnd = scope !== undefined && (statement === 'commit' || statement === 'rollback');
+    // A ROLLBACK after this connection's transaction already ended (a failed COMMIT): nothing to undo.
+    const lateRollback = knexTransaction && scope === undefined && this.#ended && statement === 'rollback';
+    if (!knexBegin && !knexEnd && !lateRollback && scope === undefined && this.#tm.current() === undefined) {
+      // Raw BEGIN / COMMIT / ROLLBACK through knex.raw outside tm.do, refused before it is sent: on the
+      // pool, a BEGIN would pin a client that nothing ever ends. (Inside tm.do, and inside a Knex
+      // transaction's scope, the manager's transaction refuses it before it is sent.)
+      const refused = statements.find((s) => s.type === 'control');
+      if (refused !== undefined) {
+        throw new TxUsageError(
+          'transaction-control',
+          `a statement sent through knex.raw would start or end a transaction (${JSON.stringify(refused.statement)}); ` +
+            "nothing was sent. Use Knex's db.transaction() or tm.do for a transaction.",
+        );
+      }
+    }
+    if (knexBegin) {
       const isolation = ISOLATION.find(([re]) => re.test(statement))?.[1];
       this.#scope = await openBuilderTransaction(this.#tm, {
         propagation: this.#settings.propagation,
@@ -71,12 +101,8 @@ export class TxKitKnexConnection<C extends Record<string, unknown>> {
       });
       return commandResult('BEGIN');
     }
-    const scope = this.#scope;
-    if (scope === undefined && this.#ended && statement === 'rollback') {
-      // A ROLLBACK after this connection's transaction already ended (a failed COMMIT): nothing to undo.
-      return commandResult('ROLLBACK');
-    }
-    if (scope !== undefined && (statement === 'commit' || statement === 'rollback')) {
+    if (lateRollback) return commandResult('ROLLBACK');
+    if (knexEnd) {
       this.#ended = true;
       this.#scope = undefined;
       await (statement === 'commit' ? scope.commit() : scope.rollback());

@@ -24,7 +24,8 @@ const ISOLATION: Readonly<Record<string, IsolationLevel>> = {
 
 /**
  * Kysely's driver on a `TxManager`: no pool of its own, no BEGIN / COMMIT of its own. Queries go
- * to `tm.db()`; `db.transaction()` and `db.startTransaction()` become a scope of the manager
+ * to the caller's transaction inside `tm.do`, outside it to one client of the manager's pool per
+ * connection Kysely acquires (see {@link TxKitConnection}); `db.transaction()` and `db.startTransaction()` become a scope of the manager
  * (see {@link kyselyDialect}); savepoints (`trx.savepoint(name)`) are the user's own, sent in the scope.
  *
  * @example
@@ -91,7 +92,10 @@ export class TxKitDriver<C extends Record<string, unknown>> implements Driver {
     await connection.executeQuery(savepointCommand(compileQuery, 'release', savepointName));
   }
 
-  async releaseConnection(): Promise<void> {}
+  /** Kysely releases a connection after each plain query and after `db.connection().execute(…)`. */
+  async releaseConnection(connection: DatabaseConnection): Promise<void> {
+    await txkit(connection).release();
+  }
 
   /** The pool is the manager's (and the application's): `db.destroy()` leaves it open. */
   async destroy(): Promise<void> {}
