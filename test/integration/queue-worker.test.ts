@@ -5,7 +5,8 @@ import type { Job, JobEndEvent, WorkerHooks } from '../../src/queue/index.js';
 import { Queue } from '../../src/queue/index.js';
 import { gate } from '../../src/testing/gate.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
-import { eventually, leaks } from '../fixtures/queue-helpers.js';
+import { eventually, expireLeases, leaks } from '../fixtures/queue-helpers.js';
+import { recordingLogger } from '../fixtures/recording-logger.js';
 import { useTestDatabase, viaPgBouncer } from '../helpers.js';
 
 const { pool, url } = await useTestDatabase();
@@ -242,6 +243,101 @@ describe('worker', () => {
     expect(sawAbort).toBe(true);
     expect(rec.ends.map((e) => e.outcome)).toEqual(['released']);
     expect(await rows(queue)).toEqual([{ id: job.id, state: 'pending', attempts: 0, last_error: null }]);
+  });
+
+  it('stop never gives back a job whose handler still runs: a handler ignoring its abort keeps its job leased, and no one else can claim it', async () => {
+    const { lines, logger } = recordingLogger();
+    const queue = new Queue({ pool, txManager: tm, schema: `q_worker_${++seq}`, tasks, logger });
+    (await queue.migrate())._unsafeUnwrap();
+    const job = (await queue.enqueue(pool, 'work', { n: 1 }))._unsafeUnwrap();
+    const g = gate();
+    const rec = recorder();
+    let inFlight = 0;
+    // The handler awaits a call that takes no signal (held by the gate): aborting it changes nothing.
+    const worker = queue.work(
+      {
+        work: async () => {
+          inFlight++;
+          try {
+            await g.at('third-party call');
+          } finally {
+            inFlight--;
+          }
+        },
+      },
+      { concurrency: 1, hooks: rec.hooks, graceMs: 20 },
+    );
+    await g.reached('third-party call');
+    await worker.stop();
+    expect(inFlight).toBe(1); // the first run is still in progress
+    // Another claimer right now: the job is not pending, so it does not run a second time concurrently
+    // (the stopping worker used to release it while its handler still ran: this claim got it).
+    expect((await queue.claim({ lease: '1m' }))._unsafeUnwrap()).toEqual([]);
+    expect(await rows(queue)).toEqual([{ id: job.id, state: 'running', attempts: 1, last_error: null }]);
+    expect(rec.ends.map((e) => e.outcome)).toEqual(['unsettled']);
+    expect(worker.counters).toMatchObject({ started: 1, released: 0, unsettled: 1 });
+    const warned = lines.filter((l) => l.level === 'warn');
+    expect(warned).toHaveLength(1);
+    expect(warned[0]?.obj).toMatchObject({ jobIds: [job.id] });
+    expect(warned[0]?.msg).toMatch(new RegExp(`jobs ${job.id} are left leased until their lease lapses`));
+    g.open('third-party call');
+    await eventually(() => inFlight === 0);
+    // Its return after stop() writes nothing: the job is still leased, left to the reaper.
+    expect(await rows(queue)).toEqual([{ id: job.id, state: 'running', attempts: 1, last_error: null }]);
+    await expireLeases(pool, queue.schema);
+    expect((await queue.reap())._unsafeUnwrap()).toMatchObject({ requeued: 1 });
+  });
+
+  it('a stopped worker no longer heartbeats the job its stuck handler holds: the lease lapses, another worker runs it, and the stuck handler`s late ctx.transaction is fenced out', {
+    timeout: 30_000,
+  }, async () => {
+    const queue = await freshQueue();
+    await pool.query(`CREATE TABLE ${queue.schema}.effects (run text)`);
+    const job = (await queue.enqueue(pool, 'work', { n: 1 }))._unsafeUnwrap();
+    const g = gate();
+    let late: string | undefined;
+    const stuck = queue.work(
+      {
+        work: async (_job, ctx) => {
+          await g.at('stuck');
+          const r = await ctx.transaction((tx) =>
+            tx.query(`INSERT INTO ${queue.schema}.effects VALUES ('stuck')`),
+          );
+          late = r.isErr() ? r.error.kind : 'ok';
+          await g.at('after-late');
+        },
+      },
+      { concurrency: 1, lease: '5s', graceMs: 20 },
+    );
+    await g.reached('stuck');
+    await stuck.stop();
+    expect(stuck.counters).toMatchObject({ unsettled: 1, released: 0 });
+    // A second worker gets the job only once its lease has lapsed for real (the stopped worker's heartbeat
+    // would keep it leased forever): the reaper gives it back and the second worker runs it.
+    const rec = recorder();
+    const next = queue.work(
+      {
+        work: async (_job, ctx) => {
+          const r = await ctx.transaction((tx) =>
+            tx.query(`INSERT INTO ${queue.schema}.effects VALUES ('next')`),
+          );
+          if (r.isErr()) throw r.error;
+        },
+      },
+      { concurrency: 1, reapInterval: 100, pollInterval: 100, hooks: rec.hooks },
+    );
+    await rec.ended(1);
+    await next.stop();
+    expect(rec.ends[0]).toMatchObject({ outcome: 'completed' });
+    expect(rec.ends[0]?.job).toMatchObject({ id: job.id, attempts: 2 });
+    // The stuck handler's completion, late, is fenced by the lease token: rolled back, LeaseLost.
+    g.open('stuck');
+    await g.reached('after-late');
+    expect(late).toBe('LeaseLost');
+    g.open('after-late');
+    const effects = await pool.query(`SELECT run FROM ${queue.schema}.effects`);
+    expect(effects.rows).toEqual([{ run: 'next' }]);
+    expect(await rows(queue)).toEqual([]);
   });
 
   it('the signal option stops the worker', async () => {

@@ -133,8 +133,9 @@ class RunContext implements JobContext {
     const json = progressJson(value);
     if (json.isErr()) return errAsync(json.error);
     const running = this.#running;
-    // The job is no longer ours (cancelled, lease lost) or the run is over: nothing to write.
-    if (running.why === 'cancelled' || running.why === 'lost' || running.completedInTx)
+    // The job is no longer ours (cancelled, lease lost, left to its lease by a stopped worker) or the
+    // run is over: nothing to write.
+    if (running.why === 'cancelled' || running.why === 'lost' || running.completedInTx || running.finished)
       return errAsync(new LeaseLost(running.job.id));
     const store = this.#store;
     // The write needs a pool client of its own. Awaited inside ctx.transaction while that transaction
@@ -213,6 +214,8 @@ export class HandlerRunner {
   readonly #onIdle: (() => void)[] = [];
   /** Runs started in this tick, to run on one microtask. */
   readonly #toStart: Running[] = [];
+  /** Jobs whose handlers returned after a stop's abort without completing them (see takeReleased). */
+  readonly #released: Job[] = [];
 
   constructor(
     store: RunnerStore,
@@ -293,12 +296,44 @@ export class HandlerRunner {
     return true;
   }
 
-  /** Aborts every running handler (forced stop) and returns their jobs, to be released. */
-  abortAll(): Job[] {
+  /**
+   * A stopping worker's grace is over: aborts every running handler's signal. Unlike a timeout or a
+   * cancel, the run still waits for its handler, and its job stays leased (and heartbeated) meanwhile:
+   * released while its handler still ran, another worker would claim the job and run it at the same
+   * time. A handler that then returns without completing its job ends `released`, its job in
+   * {@link takeReleased}; one still running when the worker gives up is {@link abandon}ed.
+   */
+  abortForStop(): void {
+    for (const r of this.#running.values()) this.#abort(r, 'stop', new Error('worker stopping'));
+  }
+
+  /** The jobs whose handlers returned after {@link abortForStop} without completing them: to be released. */
+  takeReleased(): Job[] {
+    return this.#released.splice(0);
+  }
+
+  /**
+   * Gives up on the handlers still running after {@link abortForStop} (the stopping worker's wait is
+   * over). Each run ends `unsettled` with nothing written: its job stays leased, no longer heartbeated,
+   * until the lease lapses and the reaper or a take-over gives it back. Whatever the handler does later
+   * is not written by the worker (its return, its progress); a late `ctx.transaction` is fenced by the
+   * lease token, so it completes the job only while the lease is still this run's. Returns their jobs.
+   */
+  abandon(): Job[] {
     const jobs: Job[] = [];
-    for (const r of this.#running.values()) {
-      this.#abort(r, 'stop', new Error('worker stopping'));
+    for (const r of [...this.#running.values()]) {
+      if (r.handled) continue;
+      r.handled = true;
+      r.waiting = false;
+      clearTimeout(r.timer);
+      r.progress?.close();
+      r.durationMs = Date.now() - r.startedAt;
       jobs.push(r.job);
+      this.#ended(
+        r,
+        'unsettled',
+        new Error('handler still running when the worker stopped; its job is left to its lease'),
+      );
     }
     return jobs;
   }
@@ -320,8 +355,9 @@ export class HandlerRunner {
   ): Promise<Result<number | undefined, InvalidOptions | DatabaseFailure>> {
     const now = Date.now();
     const third = this.#o.leaseMs / 3;
+    // A handler aborted by a stopping worker still runs, and its job stays ours until it returns.
     const due = [...this.#running.values()].filter(
-      (r) => r.why === undefined && !r.completedInTx && now - r.lastExtendAt >= third,
+      (r) => (r.why === undefined || r.why === 'stop') && !r.completedInTx && now - r.lastExtendAt >= third,
     );
     const dueBuffered = buffered.filter((b) => now - b.lastExtendAt >= third);
     if (due.length === 0 && dueBuffered.length === 0) return ok(undefined);
@@ -344,6 +380,8 @@ export class HandlerRunner {
     }
     for (const d of due) {
       if (r.value.has(d.job.id)) d.lastExtendAt = now;
+      else if (d.why === 'stop')
+        d.why = 'lost'; // its signal is aborted already; nothing to release
       else if (!d.completedInTx && this.#running.has(d.job.id))
         this.#abort(d, 'lost', new LeaseLost(d.job.id));
     }
@@ -365,8 +403,9 @@ export class HandlerRunner {
     running.why = why;
     running.reason = reason;
     running.controller?.abort(reason);
-    // The run stops waiting for the handler's promise.
-    if (running.waiting) this.#guard(running, (r) => this.#handled(r, reason));
+    // The run stops waiting for the handler's promise, except on stop: its job stays leased until the
+    // handler returns (see abortForStop).
+    if (running.waiting && why !== 'stop') this.#guard(running, (r) => this.#handled(r, reason));
   }
 
   /** The handler is over: its slot is free for the next job while its settle is being written. */
@@ -440,7 +479,7 @@ export class HandlerRunner {
     // A synchronous handler is done already.
     if (typeof (result as PromiseLike<unknown> | undefined)?.then !== 'function')
       return running.why === undefined ? SUCCEEDED : running.reason;
-    if (running.why !== undefined) return running.reason;
+    if (running.why !== undefined && running.why !== 'stop') return running.reason;
     running.waiting = true;
     (result as PromiseLike<unknown>).then(
       () => this.#guard(running, this.#succeeded),
@@ -488,8 +527,10 @@ export class HandlerRunner {
   /** The run's progress is written: its outcome, or its settle. */
   #afterProgress(running: Running, error: unknown): void {
     if (running.completedInTx) this.#ended(running, 'completed');
-    else if (running.why === 'stop') this.#ended(running, 'released');
-    else if (running.why === 'cancelled') this.#ended(running, 'cancelled', running.reason);
+    else if (running.why === 'stop') {
+      this.#released.push(running.job);
+      this.#ended(running, 'released');
+    } else if (running.why === 'cancelled') this.#ended(running, 'cancelled', running.reason);
     else if (running.why === 'lost') this.#ended(running, 'lost', new LeaseLost(running.job.id));
     else this.#settle(running, error);
   }

@@ -27,7 +27,8 @@ import type { JobStore } from './worker-port.js';
  * take over; a `HandlerRunner` runs the
  * handlers and their heartbeat; a `SettleBatcher` writes completions and failures in batches; a
  * `JobListener` LISTENs on a connection of its own (plus a polling backstop); the reaper runs on
- * a timer; stop() works in two phases. Never produces an unhandled rejection: errors go to hooks.
+ * a timer; stop() works in two phases and never gives back a job whose handler still runs. Never
+ * produces an unhandled rejection: errors go to hooks.
  *
  * @example
  * const worker = queue.work({ email: async (job) => send(job.payload) }, { concurrency: 8, listen: true });
@@ -268,11 +269,16 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
 
   /**
    * Stops in two phases. 1: stop claiming, let running handlers finish (up to `graceMs`), write their
-   * settles. 2: abort the handlers still running (their `signal`) and release their jobs back to
-   * pending without charging the attempt. Then wait for a heartbeat, reap or prune already under way
-   * (up to `graceMs` more: one waiting for a pool client the user holds does not hold stop() forever),
-   * so that no statement of this worker holds a pool client once stop() has resolved, and close the
-   * LISTEN connection. Idempotent; always resolves.
+   * settles. 2: abort the handlers still running (their `signal`) and wait for them (up to `graceMs`
+   * more); a job goes back to pending without charging the attempt only once its handler has returned
+   * (never while it still runs: another worker would run the job at the same time). A handler still
+   * running after that is left to its lease: its job stays leased, no longer heartbeated, until the lease
+   * lapses and the reaper or a take-over gives it back; it ends `unsettled` and a warn line names its
+   * job (in `pg-txkit worker`, the process exits after stop() and the handler with it). Then wait for a
+   * heartbeat, reap or prune already under way (up to `graceMs` more: one waiting for a pool client the
+   * user holds does not hold stop() forever), so that no statement of this worker holds a pool client
+   * once stop() has resolved, and close the LISTEN connection. Idempotent; always resolves, within about
+   * three times `graceMs`.
    *
    * @example
    * await worker.stop();
@@ -307,10 +313,7 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
         if (released.isErr()) this.#error(released.error, 'release');
       }
       while (this.#runner.size > 0 && Date.now() < deadline) await this.#slot.wait(deadline - Date.now());
-      if (this.#runner.size > 0) {
-        const released = await this.#store.release(this.#runner.abortAll());
-        if (released.isErr()) this.#error(released.error, 'release');
-      }
+      if (this.#runner.size > 0) await this.#abortRunning();
       await this.#runner.settled();
       await this.#batcher.flush();
     } catch (e) {
@@ -321,6 +324,36 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
       await this.#backgroundEnded(this.#o.graceMs);
       await this.#listener?.stop();
     }
+  }
+
+  /**
+   * Phase 2 of stop(): aborts the running handlers' signals and waits for them, up to `graceMs`; a job
+   * goes back to pending only once its handler has returned. Released while its handler still ran (a
+   * handler awaiting a call that takes no signal), the job was claimed and run by another worker at the
+   * same time. A handler still running after that wait is left to its lease: its job stays leased, no
+   * longer heartbeated, and the reaper or a take-over gives it back once the lease lapses (the handler's
+   * late `ctx.transaction` is fenced by the lease token); each ends `unsettled`, and one warn line names
+   * the jobs.
+   */
+  async #abortRunning(): Promise<void> {
+    this.#runner.abortForStop();
+    const deadline = Date.now() + this.#o.graceMs;
+    while (this.#runner.size > 0 && Date.now() < deadline) await this.#slot.wait(deadline - Date.now());
+    const left = this.#runner.abandon();
+    if (left.length > 0) {
+      const ids = left.map((j) => j.id);
+      this.#log.warn(
+        'stop',
+        { channel: this.#store.channel, jobIds: ids, graceMs: this.#o.graceMs },
+        `${left.length} handler(s) still running after their signal was aborted and ${this.#o.graceMs} ms more: ` +
+          `jobs ${ids.join(', ')} are left leased until their lease lapses (then the reaper or a take-over ` +
+          'gives them back; a late ctx.transaction of these handlers is fenced out)',
+      );
+    }
+    const returned = this.#runner.takeReleased();
+    if (returned.length === 0) return;
+    const released = await this.#store.release(returned);
+    if (released.isErr()) this.#error(released.error, 'release');
   }
 
   /** Keeps a timer's task (which never rejects) until it ends, for stop() to wait for. */
