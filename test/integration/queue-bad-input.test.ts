@@ -101,6 +101,19 @@ describe('one malformed lease in a batch', () => {
   });
 });
 
+describe('an empty unique key', () => {
+  it('enqueue and enqueueMany: InvalidOptions on the key, nothing sent (the table refuses it too)', async () => {
+    const { queue, sent } = await freshQueue();
+    const one = (await queue.enqueue(pool, 'email', { to: 'a' }, { key: '' }))._unsafeUnwrapErr();
+    const many = (
+      await queue.enqueueMany(pool, 'email', [{ to: 'a' }, { to: 'b' }], { keys: ['k', ''] })
+    )._unsafeUnwrapErr();
+    expect(one.kind === 'InvalidOptions' && one.issues.map((i) => i.path)).toEqual([['key']]);
+    expect(many.kind === 'InvalidOptions' && many.issues.map((i) => i.path)).toEqual([['keys', 1]]);
+    expect(sent).toEqual([]);
+  });
+});
+
 describe('runAt outside PostgreSQL timestamp range', () => {
   const ancient = new Date(Date.UTC(-5000, 0, 1));
 

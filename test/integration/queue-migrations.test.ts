@@ -170,6 +170,39 @@ describe('0003 (a finite run_at, a non-empty group key)', () => {
     });
     expect((await recorded(schema)).map((m) => m.version)).toEqual([1, 2]);
     await pool.query(`UPDATE ${s}.jobs SET run_at = now() WHERE NOT isfinite(run_at)`);
-    expect((await queueOn(schema).migrate())._unsafeUnwrap()).toEqual({ applied: [3], version: 3 });
+    expect((await queueOn(schema).migrate())._unsafeUnwrap()).toEqual({
+      applied: QUEUE_MIGRATIONS.filter((m) => m.version >= 3).map((m) => m.version),
+      version: QUEUE_MIGRATIONS.length,
+    });
+  });
+});
+
+describe('0004 (a non-empty unique key)', () => {
+  it('a schema holding a job keyed by the empty text fails the migration (CheckViolation), nothing applied; once moved, it migrates', async () => {
+    const schema = `q_up_${++seq}`;
+    const s = pg.escapeIdentifier(schema);
+    const before = QUEUE_MIGRATIONS.filter((m) => m.version <= 3);
+    (await migrateQueue(pool, schema, {}, before))._unsafeUnwrap();
+    // What 0003 let through: a raw INSERT (its enqueue function refuses the empty key).
+    await pool.query(`INSERT INTO ${s}.jobs (task, payload, key) VALUES ('email', '{"to":"a"}', '')`);
+    const failed = await queueOn(schema).migrate();
+    expect(failed._unsafeUnwrapErr()).toMatchObject({
+      kind: 'CheckViolation',
+      constraint: 'jobs_key_not_empty',
+    });
+    expect((await recorded(schema)).map((m) => m.version)).toEqual([1, 2, 3]);
+    const constraints = await pool.query(
+      `SELECT conname FROM pg_constraint WHERE conrelid = $1::regclass AND conname = 'jobs_key_not_empty'`,
+      [`${schema}.jobs`],
+    );
+    expect(constraints.rows).toEqual([]);
+    await pool.query(`UPDATE ${s}.jobs SET key = NULL WHERE key = ''`);
+    expect((await queueOn(schema).migrate())._unsafeUnwrap()).toEqual({
+      applied: QUEUE_MIGRATIONS.filter((m) => m.version >= 4).map((m) => m.version),
+      version: QUEUE_MIGRATIONS.length,
+    });
+    // The job, keyless now, runs.
+    const [job] = (await queueOn(schema).claim())._unsafeUnwrap();
+    expect(job).toMatchObject({ key: null, payload: { to: 'a' } });
   });
 });

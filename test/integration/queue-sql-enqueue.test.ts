@@ -199,17 +199,26 @@ describe('<schema>.enqueue from SQL', () => {
     expect(g.rows[0].n).toBe(0);
   });
 
-  it('a raw INSERT of a non-finite run_at or an empty group_key is refused by the table (23514)', async () => {
+  it('a raw INSERT of a non-finite run_at, an empty group_key or an empty key is refused by the table (23514)', async () => {
     const queue = await freshQueue();
-    for (const values of [
-      `'email', '{}', '-infinity', NULL`,
-      `'email', '{}', 'infinity', NULL`,
-      `'email', '{}', now(), ''`,
+    for (const [values, constraint] of [
+      [`'email', '{}', '-infinity', NULL, NULL`, 'jobs_run_at_finite'],
+      [`'email', '{}', 'infinity', NULL, NULL`, 'jobs_run_at_finite'],
+      [`'email', '{}', now(), '', NULL`, 'jobs_group_key_not_empty'],
+      [`'email', '{}', now(), NULL, ''`, 'jobs_key_not_empty'],
     ]) {
       await expect(
-        pool.query(`INSERT INTO ${queue.schema}.jobs (task, payload, run_at, group_key) VALUES (${values})`),
-      ).rejects.toMatchObject({ code: '23514' });
+        pool.query(
+          `INSERT INTO ${queue.schema}.jobs (task, payload, run_at, group_key, key) VALUES (${values})`,
+        ),
+      ).rejects.toMatchObject({ code: '23514', constraint });
     }
+    // Nor can an UPDATE give a job the empty key.
+    const keyed = await sqlEnqueue(queue, `'email', '{"to":"b@example.com"}', key => 'k'`, []);
+    await expect(
+      pool.query(`UPDATE ${queue.schema}.jobs SET key = '' WHERE id = $1`, [keyed]),
+    ).rejects.toMatchObject({ code: '23514', constraint: 'jobs_key_not_empty' });
+    await pool.query(`DELETE FROM ${queue.schema}.jobs WHERE id = $1`, [keyed]);
     // The claim still works: a good job behind the refused ones runs.
     await sqlEnqueue(queue, `'email', '{"to":"a@example.com"}'`, []);
     const worker = queue.work({ email: async () => {} }, { pollInterval: 50 });
