@@ -249,6 +249,12 @@ export async function main(argv: string[], ioOverride?: CliIo): Promise<number> 
     .requiredOption('--tasks <module>', "module exporting 'tasks' (name → payload schema) and 'handlers'")
     .option('--url <conn>', 'connection string (default: $DATABASE_URL)')
     .option('--concurrency <n>', 'handlers running at once', intIn(1, 1000), 8)
+    .option(
+      '--grace <ms>',
+      'on SIGTERM, how long running handlers may finish, then how long aborted ones may return',
+      intIn(0, 3_600_000),
+      10_000,
+    )
     .option('--schema <name>', "the queue's schema (default: the module's queue.schema, else pgtxkit_queue)")
     .option('--no-migrate', 'do not create or upgrade the schema at start')
     .option('--json', 'JSON log lines on stdout', false)
@@ -258,6 +264,7 @@ export async function main(argv: string[], ioOverride?: CliIo): Promise<number> 
           url: connection(opts.url as string | undefined, io.env),
           tasks: opts.tasks as string,
           concurrency: opts.concurrency as number,
+          graceMs: opts.grace as number,
           schema: opts.schema as string | undefined,
           migrate: opts.migrate !== false,
           json: opts.json === true,

@@ -18,6 +18,11 @@ export interface WorkerCommandOptions {
   /** Path of the module of task handlers (resolved from the working directory). */
   readonly tasks: string;
   readonly concurrency: number;
+  /**
+   * At stop: how long running handlers may finish, then how long the aborted ones may return (the
+   * worker's `graceMs`). A handler still running after both is left to its job's lease.
+   */
+  readonly graceMs: number;
   /** The queue's schema (overrides the module's `queue.schema`). */
   readonly schema: string | undefined;
   /** Run `migrate()` before working (default true). */
@@ -88,13 +93,29 @@ function cliLogger(io: CliIo, json: boolean): Logger {
   return { error: line('error'), warn: line('warn'), info: line('info'), debug: () => {} };
 }
 
+/** How long the pool's end waits for a client that a handler left running still holds. */
+const LEFT_RUNNING_WAIT_MS = 1000;
+
+/** `pool.end()`, waited for at most `ms`. */
+async function endPool(pool: pg.Pool, ms: number): Promise<void> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const bound = new Promise<void>((resolve) => {
+    timer = setTimeout(resolve, ms);
+  });
+  await Promise.race([pool.end(), bound]);
+  clearTimeout(timer);
+}
+
 /**
  * `pg-txkit worker`: runs a queue's worker from a module of task handlers until SIGTERM or Ctrl-C, then
- * stops gracefully (running handlers finish, unstarted jobs go back) and exits 0. Exit 2 for a module or
+ * stops gracefully (running handlers finish, unstarted jobs go back) and exits 0. A handler that
+ * ignores its abort signal past the grace is left running with its job leased; the process exits
+ * anyway (bin/pg-txkit.js), so the handler ends with it and the job comes back when its lease lapses.
+ * Exit 2 for a module or
  * options that cannot work (nothing connects), 3 when the server cannot be reached, 4 when migrate fails.
  *
  * @example
- * process.exitCode = await runWorker({ url, tasks: './tasks.js', concurrency: 8, schema: undefined, migrate: true, json: true }, io);
+ * process.exitCode = await runWorker({ url, tasks: './tasks.js', concurrency: 8, graceMs: 10_000, schema: undefined, migrate: true, json: true }, io);
  */
 export async function runWorker(options: WorkerCommandOptions, io: CliIo): Promise<ExitCode> {
   const mod = await loadTasksModule(options.tasks);
@@ -128,6 +149,7 @@ export async function runWorker(options: WorkerCommandOptions, io: CliIo): Promi
     }
     const worker = queue.work(mod.handlers, {
       concurrency: options.concurrency,
+      graceMs: options.graceMs,
       signal: io.signal,
       hooks: {
         onJobEnd: (e: JobEndEvent) =>
@@ -150,6 +172,9 @@ export async function runWorker(options: WorkerCommandOptions, io: CliIo): Promi
     log.info({ event: 'stopped', counters: worker.counters }, 'worker stopped');
     return EXIT.ok;
   } finally {
-    await pool.end();
+    // Ends the idle clients at once; pool.end() then waits for any client still checked out, which after
+    // stop() can only be held by a handler the worker left running (its job left to its lease). That one
+    // is not waited for: the process exits (bin/pg-txkit.js) and the handler ends with it.
+    await endPool(pool, LEFT_RUNNING_WAIT_MS);
   }
 }

@@ -86,6 +86,44 @@ describe('pg-txkit worker (a process)', () => {
     }
   });
 
+  it('on SIGTERM, a handler that ignores its abort signal past --grace is left running with its job leased, and the process exits anyway', {
+    timeout: 60_000,
+  }, async () => {
+    const w = startWorker(['--tasks', TASKS, '--url', url, '--grace', '100', '--json']);
+    await eventually(() => w.lines().some((l) => l.event === 'started'), 30_000);
+    // The handler waits for the test's lock inside its transaction (a pool client, a socket) and never
+    // looks at its signal: a third-party call that takes none.
+    const holder = new pg.Client({ connectionString: url });
+    await holder.connect();
+    try {
+      await holder.query('SELECT pg_advisory_lock(4243)');
+      const held = (await queue.enqueue(pool, 'hold', { key: 4243 }))._unsafeUnwrap();
+      await eventually(async () => {
+        const r = await pool.query(
+          "SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND objid = 4243 AND NOT granted",
+        );
+        return r.rows[0].n === 1;
+      });
+      w.signal('SIGTERM');
+      // The process exits while the handler still waits (it used to stay up as long as the handler ran).
+      expect(await w.exited).toBe(0);
+      const lines = w.lines();
+      expect(lines.find((l) => l.event === 'job' && l.id === held.id)).toMatchObject({
+        outcome: 'unsettled',
+      });
+      const warned = lines.filter((l) => l.level === 'warn');
+      expect(warned).toHaveLength(1);
+      expect(warned[0]).toMatchObject({ jobIds: [held.id] });
+      expect(lines.at(-1)).toMatchObject({ event: 'stopped', counters: { unsettled: 1, released: 0 } });
+      // Not given back while its handler ran: still leased, for the reaper once the lease lapses.
+      const job = await pool.query('SELECT state FROM cli_worker_q.jobs WHERE id = $1', [held.id]);
+      expect(job.rows).toEqual([{ state: 'running' }]);
+      await pool.query('DELETE FROM cli_worker_q.jobs WHERE id = $1', [held.id]);
+    } finally {
+      await holder.end();
+    }
+  });
+
   it.each([
     [['--tasks', '/nonexistent/tasks.mjs'], 2, /cannot load --tasks/],
     [['--tasks', BROKEN], 2, /handlers\.other has no schema in 'tasks'/],

@@ -143,7 +143,10 @@ export const workOptionsSchema = z.strictObject({
   lease: leaseSchema.optional(),
   /** Abort a handler (signal) and fail its job after this long. */
   handlerTimeout: durationSchema.optional(),
-  /** On stop, wait this long for running handlers, then abort them and release their jobs. */
+  /**
+   * On stop, wait this long for running handlers, then abort them and wait as long again: a job goes back
+   * to pending once its handler has returned; one whose handler still runs is left to its lease.
+   */
   graceMs: durationSchema.default(10_000),
   /** Batch completions and failures into one statement each. */
   batchSettles: z.boolean().default(true),
