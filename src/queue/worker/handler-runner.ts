@@ -195,8 +195,9 @@ class RunContext implements JobContext {
 /**
  * Runs handlers: one job per slot, with its timeout, its `ctx.transaction`, its settle (through the
  * batcher) and the heartbeat that extends the leases of running and buffered jobs. A handler is the
- * user's code: whatever it throws fails its job and never escapes; an aborted run (timeout, stop, lost
- * lease, cancel) stops waiting for it. A run's `ctx.progress` reports go through its own
+ * user's code: whatever it throws fails its job and never escapes; an aborted run (timeout, lost lease,
+ * cancel) stops waiting for it, while a stopping worker's abort waits for the handler to return (its job
+ * stays leased meanwhile) until the worker gives up on it ({@link HandlerRunner.abandon}). A run's `ctx.progress` reports go through its own
  * {@link ProgressWriter}; the last one is written before the settle.
  *
  * @example
