@@ -46,6 +46,19 @@ function startWorker(argv: string[]) {
   return { exited, lines, signal, stderr: () => stderr };
 }
 
+/** Enqueues a `hold` job on advisory lock `key` (held by the test) and waits until its handler waits for it. */
+async function holdRunning(key: number) {
+  const held = (await queue.enqueue(pool, 'hold', { key }))._unsafeUnwrap();
+  await eventually(async () => {
+    const r = await pool.query(
+      "SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND objid = $1 AND NOT granted",
+      [key],
+    );
+    return r.rows[0].n === 1;
+  });
+  return held;
+}
+
 describe('pg-txkit worker (a process)', () => {
   it('runs the module handlers, logs JSON lines, and on SIGTERM lets a running handler finish, then exits 0', async () => {
     const w = startWorker(['--tasks', TASKS, '--url', url, '--concurrency', '2', '--json']);
@@ -65,13 +78,7 @@ describe('pg-txkit worker (a process)', () => {
     await holder.connect();
     try {
       await holder.query('SELECT pg_advisory_lock(4242)');
-      const held = (await queue.enqueue(pool, 'hold', { key: 4242 }))._unsafeUnwrap();
-      await eventually(async () => {
-        const r = await pool.query(
-          "SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242 AND NOT granted",
-        );
-        return r.rows[0].n === 1;
-      });
+      const held = await holdRunning(4242);
       w.signal('SIGTERM');
       await eventually(() => w.stderr().includes('stopping cleanly'));
       await holder.query('SELECT pg_advisory_unlock(4242)');
@@ -97,13 +104,7 @@ describe('pg-txkit worker (a process)', () => {
     await holder.connect();
     try {
       await holder.query('SELECT pg_advisory_lock(4243)');
-      const held = (await queue.enqueue(pool, 'hold', { key: 4243 }))._unsafeUnwrap();
-      await eventually(async () => {
-        const r = await pool.query(
-          "SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND objid = 4243 AND NOT granted",
-        );
-        return r.rows[0].n === 1;
-      });
+      const held = await holdRunning(4243);
       w.signal('SIGTERM');
       // The process exits while the handler still waits (it used to stay up as long as the handler ran).
       expect(await w.exited).toBe(0);

@@ -2,9 +2,10 @@ import net from 'node:net';
 import pg from 'pg';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { z } from 'zod/v4';
-import { type Logger, Queue, TxManager } from '../../src/index.js';
+import { Queue, TxManager } from '../../src/index.js';
 import { FaultProxy, gate } from '../../src/testing/index.js';
 import { eventually } from '../fixtures/queue-helpers.js';
+import { recordingLogger } from '../fixtures/recording-logger.js';
 import { useTestDatabase } from '../helpers.js';
 
 /** A port nobody listens on: bound, then closed again. */
@@ -15,23 +16,6 @@ async function closedPort(): Promise<number> {
   if (address === null || typeof address === 'string') throw new Error('no port');
   await new Promise<void>((resolve) => server.close(() => resolve()));
   return address.port;
-}
-
-interface Line {
-  readonly level: string;
-  readonly obj: Record<string, unknown>;
-  readonly msg: string | undefined;
-}
-
-/** A pino-compatible logger that records its lines. */
-function recordingLogger(): { lines: Line[]; logger: Logger } {
-  const lines: Line[] = [];
-  const at =
-    (level: string) =>
-    (obj: object, msg?: string): void => {
-      lines.push({ level, obj: obj as Record<string, unknown>, msg });
-    };
-  return { lines, logger: { error: at('error'), warn: at('warn'), info: at('info'), debug: at('debug') } };
 }
 
 describe('a worker pointed at an unreachable database', () => {

@@ -1,30 +1,13 @@
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod/v4';
-import {
-  advisoryKey,
-  type Logger,
-  Queue,
-  SessionLock,
-  TxManager,
-  withAdvisoryLock,
-} from '../../src/index.js';
+import { advisoryKey, Queue, SessionLock, TxManager, withAdvisoryLock } from '../../src/index.js';
 import { registerOtel } from '../fixtures/otel-sdk.js';
 import { eventually } from '../fixtures/queue-helpers.js';
+import { recordingLogger } from '../fixtures/recording-logger.js';
 import { useTestDatabase } from '../helpers.js';
 
 const otel = registerOtel();
 const { pool, url } = await useTestDatabase();
-
-function recordingLogger(): {
-  lines: { level: string; obj: Record<string, unknown>; msg?: string }[];
-  logger: Logger;
-} {
-  const lines: { level: string; obj: Record<string, unknown>; msg?: string }[] = [];
-  const at = (level: string) => (obj: object, msg?: string) => {
-    lines.push({ level, obj: obj as Record<string, unknown>, ...(msg === undefined ? {} : { msg }) });
-  };
-  return { lines, logger: { error: at('error'), warn: at('warn'), info: at('info'), debug: at('debug') } };
-}
 
 describe('spans of lock waits and migrations', () => {
   it('withAdvisoryLock: an advisory lock span inside the attempt', async () => {
