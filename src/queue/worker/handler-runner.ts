@@ -197,8 +197,9 @@ class RunContext implements JobContext {
  * batcher) and the heartbeat that extends the leases of running and buffered jobs. A handler is the
  * user's code: whatever it throws fails its job and never escapes; an aborted run (timeout, lost lease,
  * cancel) stops waiting for it, while a stopping worker's abort waits for the handler to return (its job
- * stays leased meanwhile) until the worker gives up on it ({@link HandlerRunner.abandon}). A run's `ctx.progress` reports go through its own
- * {@link ProgressWriter}; the last one is written before the settle.
+ * stays leased meanwhile) until the worker gives up on it ({@link HandlerRunner.abandon}). A run's
+ * `ctx.progress` reports go through its own {@link ProgressWriter}; the last one is written before the
+ * settle.
  *
  * @example
  * const runner = new HandlerRunner(queue, batcher, { handlers, leaseMs: 30_000, handlerTimeout: undefined, hooks: undefined, progressIntervalMs: 1000 }, events);
@@ -316,7 +317,7 @@ export class HandlerRunner {
   /**
    * Gives up on the handlers still running after {@link abortForStop} (the stopping worker's wait is
    * over). Each run ends `unsettled` with nothing written: its job stays leased, no longer heartbeated,
-   * until the lease lapses and the reaper or a take-over gives it back. Whatever the handler does later
+   * until the lease lapses and the reaper gives it back. Whatever the handler does later
    * is not written by the worker (its return, its progress); a late `ctx.transaction` is fenced by the
    * lease token, so it completes the job only while the lease is still this run's. Returns their jobs.
    */

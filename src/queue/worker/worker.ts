@@ -273,7 +273,7 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
    * more); a job goes back to pending without charging the attempt only once its handler has returned
    * (never while it still runs: another worker would run the job at the same time). A handler still
    * running after that is left to its lease: its job stays leased, no longer heartbeated, until the lease
-   * lapses and the reaper or a take-over gives it back; it ends `unsettled` and a warn line names its
+   * lapses and the reaper gives it back; it ends `unsettled` and a warn line names its
    * job (in `pg-txkit worker`, the process exits after stop() and the handler with it). Then wait for a
    * heartbeat, reap or prune already under way (up to `graceMs` more: one waiting for a pool client the
    * user holds does not hold stop() forever), so that no statement of this worker holds a pool client
@@ -331,8 +331,8 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
    * goes back to pending only once its handler has returned. Released while its handler still ran (a
    * handler awaiting a call that takes no signal), the job was claimed and run by another worker at the
    * same time. A handler still running after that wait is left to its lease: its job stays leased, no
-   * longer heartbeated, and the reaper or a take-over gives it back once the lease lapses (the handler's
-   * late `ctx.transaction` is fenced by the lease token); each ends `unsettled`, and one warn line names
+   * longer heartbeated, and the reaper gives it back once the lease lapses (the handler's late
+   * `ctx.transaction` is fenced by the lease token); each ends `unsettled`, and one warn line names
    * the jobs.
    */
   async #abortRunning(): Promise<void> {
@@ -346,8 +346,8 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
         'stop',
         { channel: this.#store.channel, jobIds: ids, graceMs: this.#o.graceMs },
         `${left.length} handler(s) still running after their signal was aborted and ${this.#o.graceMs} ms more: ` +
-          `jobs ${ids.join(', ')} are left leased until their lease lapses (then the reaper or a take-over ` +
-          'gives them back; a late ctx.transaction of these handlers is fenced out)',
+          `jobs ${ids.join(', ')} are left leased until their lease lapses (then the reaper gives them back; ` +
+          'a late ctx.transaction of these handlers completes its job only while the lease holds)',
       );
     }
     const returned = this.#runner.takeReleased();
