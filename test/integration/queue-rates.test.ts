@@ -96,14 +96,14 @@ describe('the guard of a rate', () => {
   // a claim `limit` claims before it still starts in another window of `per`. Counted in windows of
   // `per + guard / 2` (half the guard left for the claims' own lag: these times are each claim's start).
   const rate = { limit: 4, per: 300 };
-  it('puts a saturated rate\'s claims `per + guard` apart', async () => {
+  it("puts a saturated rate's claims `per + guard` apart", async () => {
     const r = await burnDown({ taskRates: { work: { ...rate, guard: 200 } } }, { '': 12 });
     const times = r.byGroup.get('') ?? [];
     expect(times).toHaveLength(12);
     expect(mostWithin(times, 400)).toBeLessThanOrEqual(4);
   });
 
-  it('control: without a guard the next window\'s claims follow `per` after the first ones', async () => {
+  it("control: without a guard the next window's claims follow `per` after the first ones", async () => {
     const r = await burnDown({ taskRates: { work: { ...rate, guard: 0 } } }, { '': 12 });
     expect(mostWithin(r.byGroup.get('') ?? [], 400)).toBeGreaterThan(4);
   });
