@@ -86,7 +86,11 @@ export const groupKey = z.string().min(1).max(1000).refine(storable, NO_NUL);
  * claim's stamp plus a fixed delay instead would remove the spread below that delay, but needs the
  * server's clock mapped into each worker's (error up to half a round trip), delays every rated start,
  * and still needs a guard for the answers that come later than the delay: a guard is needed either way,
- * and this one covers what was measured.
+ * and this one covers what was measured. Giving back, unstarted, each job whose claim's answer came
+ * later than the guard after the claim was sent would make the promise unconditional (such a start
+ * falls within the guard after its stamp), but a worker whose round trips always take longer (far from
+ * its database, or overloaded) would then start nothing and keep using up the windows: the guard is a
+ * tolerance, not a gate.
  */
 export const RATE_GUARD_MS = 100;
 
