@@ -110,6 +110,7 @@ it('two worker processes and a server restart: at most 10 claims and starts of t
          FROM ${schema}.starts s
          JOIN LATERAL (SELECT max(at) AS at FROM ${schema}.claims c
                         WHERE c.job_id = s.job_id AND extract(epoch FROM c.at) * 1000 <= s.at + 5) c ON true
+        WHERE c.at IS NOT NULL
         ORDER BY 1`,
     )
   ).rows.map((r) => Math.round(r.ms * 10) / 10);
@@ -118,7 +119,8 @@ it('two worker processes and a server restart: at most 10 claims and starts of t
   console.log('most within a second', JSON.stringify(report), 'started by', [...both]);
   expect(both).toEqual(new Set(['w1', 'w2'])); // both processes claimed
   expect(claimsOfTask.length).toBeGreaterThanOrEqual(rated);
-  // The burn-down kept the windows full (so the test can fail), and never went over the limits.
+  // The burn-down kept the windows full (the limit within `per + guard`, 1100 ms: so the test can fail),
+  // and never went over the limits.
   expect(report.saturated.task).toBeGreaterThanOrEqual(10);
   expect(report.saturated.group).toBeGreaterThanOrEqual(4);
   expect(report.claims.task).toBeLessThanOrEqual(10);

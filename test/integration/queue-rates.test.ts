@@ -116,7 +116,7 @@ describe('the clock of a rate window', () => {
     // pool client, in milliseconds) stamped its claims with that start: the next claim found the window
     // free half a second early, and one real-time second held twice the limit.
     const schema = `q_rates_${++seq}`;
-    // No guard: this is the clock alone (the guard, which lengthens the window, is tested below).
+    // No guard: this is the clock alone (the guard, which lengthens the window, is tested above).
     const taskRates = { work: { limit: 10, per: 1000, guard: 0 } };
     const queue = replica(schema, { taskRates });
     (await queue.migrate())._unsafeUnwrap();
