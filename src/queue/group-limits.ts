@@ -7,11 +7,18 @@ type Rate = z.output<typeof rateSchema>;
 /** The key of `groups` that applies to every group not named. */
 export const DEFAULT_GROUP = 'default';
 
-const rateJson = (r: Rate) => ({ limit: r.limit, perMs: r.per });
+/**
+ * A rate as the claim checks it: `perMs` is the window the claim counts its claims in, the declared
+ * period plus the rate's guard (see RATE_GUARD_MS in queue-options.ts: handler starts, which follow
+ * their claims by a varying delay, then also hold `limit` in any `per`). The guard travels with the
+ * claim like the rest of the declaration, so the stored claim and its wait hint need no change.
+ */
+const rateJson = (r: Rate) => ({ limit: r.limit, perMs: r.per + r.guard });
 
 /**
  * The limits a queue declares, as the jsonb its claim passes to `claim_jobs_limited` (migration 0001):
- * `{"default": L, "groups": {key: L}, "tasks": {task: {limit, perMs}}}`, L = `{concurrency?, rate?}`.
+ * `{"default": L, "groups": {key: L}, "tasks": {task: {limit, perMs}}}`, L = `{concurrency?, rate?}`,
+ * `perMs` a rate's period plus its guard.
  * undefined when the queue declares none: its workers use the plain claim.
  *
  * @example

@@ -54,10 +54,13 @@ export type GroupsOption = NonNullable<z.input<typeof queueOptionsSchema>['group
 /** The limits of one group (see {@link GroupsOption}). */
 export type GroupLimits = GroupsOption[string];
 /**
- * A rate limit: at most `limit` claims in any interval of `per`.
+ * A rate limit: at most `limit` claims in any interval of `per + guard` (guard: 100 ms unless given), so
+ * at most `limit` handler starts in any interval of `per` while the starts' delays after their claims
+ * differ by less than the guard.
  *
  * @example
- * const rate: RateLimit = { limit: 10, per: '1s' };
+ * const rate: RateLimit = { limit: 10, per: '1s' }; // at most 10 starts in any second, 10 per 1.1 s when saturated
+ * const fine: RateLimit = { limit: 4, per: '250ms', guard: '20ms' };
  */
 export type RateLimit = z.input<typeof rateSchema>;
 /** Options of {@link Queue.enqueue}. */

@@ -1,8 +1,9 @@
 // Rate limits in real time, as a mail provider's quota sees them: two worker processes burn down jobs of
-// a task limited to 10 claims per second and of a group limited to 4, across a server restart. Claims
-// are recorded by a trigger on the jobs table with the server's clock at the moment each job is leased
-// (not the claim statement's start), and handler starts by the handlers on the machine's clock; within
-// any second (less the measurement's slack, below) there are at most 10 of the task and 4 of the group.
+// a task limited to 10 per second and of a group limited to 4, across a server restart, with the rate's
+// default guard. Claims are recorded by a trigger on the jobs table with the server's clock at the
+// moment each job is leased, and handler starts by the handlers on the machine's clock; within any full
+// second there are at most 10 of the task and 4 of the group, of either. With windows of exactly a
+// second (no guard), every one of five runs had 12 to 18 starts of the task in one second.
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
@@ -95,22 +96,31 @@ it('two worker processes and a server restart: at most 10 claims and starts of t
   const both = new Set(
     (await admin.query<{ by: string }>(`SELECT DISTINCT by FROM ${schema}.starts`)).rows.map((r) => r.by),
   );
-  // How each is measured, and the slack it needs: a claim leases its rows one after another (the trigger
-  // sees them over a few ms, while the claim checks and stamps its window with ONE clock taken after its
-  // locks), so claims are counted in windows of a second less 50 ms; a handler starts when its claim's
-  // answer reaches its process, a round trip that varied by up to ~12 ms between the two processes on a
-  // quiet machine and more on a loaded one, so starts are counted in windows of a second less 200 ms.
-  // Before the fix, one run of the unfixed code held 19 claims and 19 starts of the task and 8 starts of
-  // the group in one second (not every run: the deterministic test of the clock is in queue-rates).
+  // Every count is over full windows of the declared period (1000 ms), as a user counts: claims at the
+  // moment the trigger saw each job leased, starts at the moment each handler was called.
   const report = {
-    claims: { task: mostWithin(claimsOfTask, 950), group: mostWithin(claimsOfGroup, 950) },
-    starts: { task: mostWithin(startsOfTask, 800), group: mostWithin(startsOfGroup, 800) },
+    claims: { task: mostWithin(claimsOfTask, 1000), group: mostWithin(claimsOfGroup, 1000) },
+    starts: { task: mostWithin(startsOfTask, 1000), group: mostWithin(startsOfGroup, 1000) },
     saturated: { task: mostWithin(claimsOfTask, 1100), group: mostWithin(claimsOfGroup, 1100) },
   };
+  // From each claim (trigger) to its handler's start: what the rate's guard has to cover.
+  const delays = (
+    await admin.query<{ ms: number }>(
+      `SELECT s.at - extract(epoch FROM c.at) * 1000 AS ms
+         FROM ${schema}.starts s
+         JOIN LATERAL (SELECT max(at) AS at FROM ${schema}.claims c
+                        WHERE c.job_id = s.job_id AND extract(epoch FROM c.at) * 1000 <= s.at + 5) c ON true
+        WHERE c.at IS NOT NULL
+        ORDER BY 1`,
+    )
+  ).rows.map((r) => Math.round(r.ms * 10) / 10);
+  const q = (f: number) => delays[Math.min(delays.length - 1, Math.floor(f * delays.length))];
+  console.log('claim to start (ms): min', delays[0], 'median', q(0.5), 'p95', q(0.95), 'max', delays.at(-1));
   console.log('most within a second', JSON.stringify(report), 'started by', [...both]);
   expect(both).toEqual(new Set(['w1', 'w2'])); // both processes claimed
   expect(claimsOfTask.length).toBeGreaterThanOrEqual(rated);
-  // The burn-down kept the windows full (so the test can fail), and never went over the limits.
+  // The burn-down kept the windows full (the limit within `per + guard`, 1100 ms: so the test can fail),
+  // and never went over the limits.
   expect(report.saturated.task).toBeGreaterThanOrEqual(10);
   expect(report.saturated.group).toBeGreaterThanOrEqual(4);
   expect(report.claims.task).toBeLessThanOrEqual(10);

@@ -90,6 +90,25 @@ describe('group rate limit', () => {
   });
 });
 
+describe('the guard of a rate', () => {
+  // The claim counts claims in the last `per + guard`: a burn-down held by the rate puts its windows
+  // `per + guard` apart, so a handler that starts a little earlier after its claim than the handler of
+  // a claim `limit` claims before it still starts in another window of `per`. Counted in windows of
+  // `per + guard / 2` (half the guard left for the claims' own lag: these times are each claim's start).
+  const rate = { limit: 4, per: 300 };
+  it("puts a saturated rate's claims `per + guard` apart", async () => {
+    const r = await burnDown({ taskRates: { work: { ...rate, guard: 200 } } }, { '': 12 });
+    const times = r.byGroup.get('') ?? [];
+    expect(times).toHaveLength(12);
+    expect(mostWithin(times, 400)).toBeLessThanOrEqual(4);
+  });
+
+  it("control: without a guard the next window's claims follow `per` after the first ones", async () => {
+    const r = await burnDown({ taskRates: { work: { ...rate, guard: 0 } } }, { '': 12 });
+    expect(mostWithin(r.byGroup.get('') ?? [], 400)).toBeGreaterThan(4);
+  });
+});
+
 describe('the clock of a rate window', () => {
   it("is the moment the claim holds its rows, not the start of the claim's transaction", async () => {
     // A claim whose transaction started half a second before it locked its rows (here a claim inside an
@@ -97,7 +116,8 @@ describe('the clock of a rate window', () => {
     // pool client, in milliseconds) stamped its claims with that start: the next claim found the window
     // free half a second early, and one real-time second held twice the limit.
     const schema = `q_rates_${++seq}`;
-    const taskRates = { work: { limit: 10, per: 1000 } };
+    // No guard: this is the clock alone (the guard, which lengthens the window, is tested above).
+    const taskRates = { work: { limit: 10, per: 1000, guard: 0 } };
     const queue = replica(schema, { taskRates });
     (await queue.migrate())._unsafeUnwrap();
     await recordClaims(pool, schema);

@@ -15,6 +15,7 @@ import {
   type Job,
   type lockRows,
   Queue,
+  type RateLimit,
   type SessionLock,
   type safeDdl,
   singleRun,
@@ -106,6 +107,20 @@ describe('queue payload types come from the task schemas', () => {
       expectTypeOf<ErrKinds<ReturnType<typeof queue.fireSchedules>>>().toEqualTypeOf<
         'InvalidOptions' | DbKinds
       >();
+    }));
+
+  it('a rate takes an optional guard, a duration like its period', () =>
+    typesOnly(() => {
+      new Queue({
+        pool,
+        txManager: tm,
+        tasks,
+        taskRates: { email: { limit: 10, per: '1s' } },
+        groups: { default: { rate: { limit: 4, per: 250, guard: '20ms' } } },
+      });
+      expectTypeOf<RateLimit['guard']>().toEqualTypeOf<number | string | undefined>();
+      // @ts-expect-error: a guard is a duration
+      new Queue({ pool, txManager: tm, tasks, taskRates: { email: { limit: 10, per: '1s', guard: true } } });
     }));
 
   it('error kinds of the queue operations', () =>
