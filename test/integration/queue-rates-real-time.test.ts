@@ -125,6 +125,14 @@ it('two worker processes and a server restart: at most 10 claims and starts of t
   expect(report.saturated.group).toBeGreaterThanOrEqual(4);
   expect(report.claims.task).toBeLessThanOrEqual(10);
   expect(report.claims.group).toBeLessThanOrEqual(4);
-  expect(report.starts.task).toBeLessThanOrEqual(10);
-  expect(report.starts.group).toBeLessThanOrEqual(4);
+  // Starts are promised while the delays from claim to start differ by less than the guard (100 ms by
+  // default): held to it whenever this run met that condition. A machine loaded past it (the spread is
+  // printed above) voids the promise for starts, as the docs say, and leaves the claims' assertions.
+  const spread = (delays.at(-1) ?? 0) - (delays[0] ?? 0);
+  if (spread < 100) {
+    expect(report.starts.task).toBeLessThanOrEqual(10);
+    expect(report.starts.group).toBeLessThanOrEqual(4);
+  } else {
+    console.warn(`claim-to-start delays spread ${spread} ms, over the 100 ms guard: starts not held`);
+  }
 }, 180_000);
