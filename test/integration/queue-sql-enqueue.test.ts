@@ -6,7 +6,7 @@ import { z } from 'zod';
 import { Queue } from '../../src/queue/index.js';
 import { uncheckedPayloads } from '../../src/queue/job.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
-import { eventually } from '../fixtures/queue-helpers.js';
+import { eventually, takeNext } from '../fixtures/queue-helpers.js';
 import { useTestDatabase } from '../helpers.js';
 
 const { pool, url } = await useTestDatabase();
@@ -160,7 +160,7 @@ describe('<schema>.enqueue from SQL', () => {
     await sqlEnqueue(queue, `'email', '{"to":7}', group_key => 'g'`, []);
     const [first] = (await queue.claim({ batch: 10 }))._unsafeUnwrap();
     if (first === undefined) throw new Error('nothing claimed');
-    const r = (await queue.completeAndTakeNext([first], { lease: '30s' }))._unsafeUnwrap();
+    const r = (await takeNext(queue, [first], { lease: 30_000 }))._unsafeUnwrap();
     expect(r.next.map((j) => j.payload)).toEqual([{ to: 7 }]);
     // Decoded as unchecked, as from a claim: the worker's runner validates it before its handler.
     expect(r.next.map((j) => uncheckedPayloads.has(j))).toEqual([true]);
