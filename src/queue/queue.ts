@@ -1,4 +1,4 @@
-import { err, errAsync, ok, type Result, ResultAsync } from 'neverthrow';
+import { err, errAsync, ok, okAsync, type Result, ResultAsync } from 'neverthrow';
 import type pg from 'pg';
 import {
   type DatabaseFailure,
@@ -8,14 +8,16 @@ import {
   type TxKitError,
   UnknownTask,
 } from '../errors/errors.js';
+import { LogSink } from '../observability/log-sink.js';
 import type { Logger } from '../observability/logger.js';
 import { resolveOpenTelemetry } from '../observability/otel-api.js';
 import { type QueueSend, QueueTelemetry } from '../observability/queue-telemetry.js';
 import { guardClientErrors } from '../tx/guard-client-errors.js';
 import type { Db } from '../tx/types.js';
+import { checkedJob } from './checked-job.js';
 import { errorText } from './error-text.js';
 import { limitsDeclaration, ratesDeclared } from './group-limits.js';
-import type { EnqueuedJob, Job, JobLease, JobState } from './job.js';
+import { type EnqueuedJob, type Job, type JobLease, type JobState, uncheckedPayloads } from './job.js';
 import { type PayloadInput, type PayloadSchema, validatePayload } from './payload-schema.js';
 import { progressJson } from './progress-json.js';
 import {
@@ -147,6 +149,8 @@ export class Queue<T extends TaskMap = TaskMap> {
   readonly #jobs: JobStatements;
   /** What its workers are given: the statements, the settings and the upkeep (never the queue). */
   readonly #port: WorkerPort;
+  /** Where a claim reports a failure it cannot return (see {@link Queue.claim}). */
+  readonly #log: LogSink;
 
   /**
    * Creates a queue handle (sends nothing to the database; call {@link Queue.migrate} once at start-up).
@@ -212,6 +216,7 @@ export class Queue<T extends TaskMap = TaskMap> {
       maxAttempts: o.maxAttempts,
       backoff: o.backoff,
     };
+    this.#log = new LogSink(o.logger, 'pg-txkit queue');
     const settings: QueueSettings = {
       logger: this.logger,
       telemetry: this.telemetry,
@@ -454,6 +459,12 @@ export class Queue<T extends TaskMap = TaskMap> {
    * limits are checked and counted under the group's row lock in the same statement, so no number of
    * concurrent claimers can exceed them.
    *
+   * A job enqueued from SQL (`<schema>.enqueue(…)`) has its payload validated by its task's schema here,
+   * as a worker validates it before its handler: it comes back as that schema parses it, and one the
+   * schema refuses is failed at once (dead, the schema's issues in its `last_error`) and left out of the
+   * result; the others come back all the same. (Should that failure not be written — the database went
+   * away after the claim — it is logged, and the job comes back to a claim when its lease expires.)
+   *
    * @example
    * const jobs = await queue.claim({ batch: 10, lease: '1m' });
    */
@@ -463,7 +474,37 @@ export class Queue<T extends TaskMap = TaskMap> {
     const o = parsed.value;
     return this.#jobs
       .claimBatch({ batch: o.batch, lease: o.lease ?? this.leaseMs, tasks: o.tasks ?? this.taskNames })
-      .map((claimed) => claimed.jobs);
+      .andThen((claimed) => this.#runnable(claimed.jobs));
+  }
+
+  /**
+   * The claimed jobs a caller may run: each job enqueued from SQL checked by its task's schema, those it
+   * refuses failed (final, through the fenced fail statement a worker's settle uses) and left out.
+   */
+  #runnable(jobs: Job[]): ResultAsync<Job[], never> {
+    const refused: FailItem[] = [];
+    const runnable: Job[] = [];
+    for (const job of jobs) {
+      if (!uncheckedPayloads.has(job)) {
+        runnable.push(job);
+        continue;
+      }
+      const checked = checkedJob(job, this.#schemaOf(job.task));
+      if (checked.isOk()) runnable.push(checked.value);
+      else refused.push({ job, error: errorText(checked.error), final: true });
+    }
+    if (refused.length === 0) return okAsync(runnable);
+    return this.#jobs
+      .failMany(refused)
+      .map(() => runnable)
+      .orElse((error) => {
+        this.#log.error(
+          'claim',
+          { err: error, schema: this.schema, jobs: refused.map((r) => r.job.id) },
+          'claim could not fail the jobs whose payload their task refuses; they come back when their lease expires',
+        );
+        return okAsync(runnable);
+      });
   }
 
   /**

@@ -11,9 +11,9 @@ import type { LogSink } from '../../observability/log-sink.js';
 import type { QueueProcess } from '../../observability/queue-telemetry.js';
 import { freeClients } from '../../tx/acquire-client.js';
 import type { Tx } from '../../tx/types.js';
+import { checkedJob } from '../checked-job.js';
 import { errorText } from '../error-text.js';
 import { type Job, uncheckedPayloads } from '../job.js';
-import { validatePayload } from '../payload-schema.js';
 import { progressJson } from '../progress-json.js';
 import type { FailResult, LeaseStore, ProgressStore, SettleStore } from '../store/job-store.js';
 import { ProgressWriter } from './progress-writer.js';
@@ -421,19 +421,14 @@ export class HandlerRunner {
     if (handler === undefined) return new Error(`no handler for task "${job.task}"`);
     // A job enqueued from SQL: its payload meets the task's schema now. One that does not fails alone,
     // dead at once (another attempt would read the same payload), with the schema's issues as its error.
-    let payload = job.payload;
+    let run = job;
     if (uncheckedPayloads.has(job)) {
-      const schema = this.#settings.schemaOf(job.task);
-      const checked = schema === undefined ? undefined : validatePayload(schema, job.payload);
-      if (checked !== undefined) {
-        if (checked.isErr()) {
-          running.final = true;
-          return checked.error;
-        }
-        // The handler gets what enqueue() would have stored: the JSON of the parsed value (a
-        // z.coerce.date() field is a string for an enqueued job, so it is one here too).
-        payload = JSON.parse(JSON.stringify(checked.value)) as typeof payload;
+      const checked = checkedJob(job, this.#settings.schemaOf(job.task));
+      if (checked.isErr()) {
+        running.final = true;
+        return checked.error;
       }
+      run = checked.value;
     }
     const ms = this.#o.handlerTimeout;
     if (ms !== undefined) running.timer = setTimeout(() => this.#timedOut(running, ms), ms);
@@ -446,7 +441,6 @@ export class HandlerRunner {
         this.#o.progressIntervalMs,
         this.#lost,
       );
-      const run = payload === job.payload ? job : { ...job, payload };
       result = span === undefined ? handler(run, context) : span.run(() => handler(run, context));
     } catch (e) {
       return e;
