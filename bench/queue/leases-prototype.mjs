@@ -7,7 +7,7 @@
 //
 // Compared, interleaved (A B, B A, …), each burning down N jobs with the same driver (8 loops, each
 // claiming 50 and completing them in one statement): A = the queue's own claim and completion
-// (Queue.claim, Queue.completeClaimed), B = the leases prototype. Reported per design: jobs/s, server CPU
+// (Queue.claim, Queue.completeMany), B = the leases prototype. Reported per design: jobs/s, server CPU
 // per job, HOT updates / updates, the largest n_dead_tup seen, and the heap and index sizes at the end.
 // Run: npm run build && node bench/queue/leases-prototype.mjs  (PGTXKIT_PROTO_JOBS, PGTXKIT_PROTO_ROUNDS)
 import { loadavg } from 'node:os';
@@ -109,7 +109,7 @@ const designs = {
     },
     async step() {
       const jobs = (await queue.claim({ batch: BATCH, tasks: ['noop'] }))._unsafeUnwrap();
-      if (jobs.length > 0) (await queue.completeClaimed(jobs))._unsafeUnwrap();
+      if (jobs.length > 0) (await queue.completeMany(jobs))._unsafeUnwrap();
       return jobs.length;
     },
   },

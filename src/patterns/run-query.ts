@@ -20,19 +20,25 @@ export function runQuery<R extends pg.QueryResultRow = Record<string, unknown>>(
 
 /**
  * A driver promise as a value: a database failure is an `Err`, anything else (a defect) rejects
- * unchanged. The one classify-or-rethrow of the statements the patterns and the queue run.
+ * unchanged — unless the caller names what else it answers with as a value (`otherwise`: the queue's
+ * `migrate()`, whose own refusal is an error of its own). The one classify-or-rethrow of the statements
+ * the patterns and the queue run.
  *
  * @example
  * const res = await asResult(pool.query({ text: 'SELECT 1', rowMode: 'array' }));
  */
-export function asResult<T>(promise: Promise<T>): ResultAsync<T, DatabaseFailure> {
+export function asResult<T, E = never>(
+  promise: Promise<T>,
+  otherwise?: (error: unknown) => E,
+): ResultAsync<T, DatabaseFailure | E> {
   return new ResultAsync(
     promise.then(
       (value) => ok(value),
       (error: unknown) => {
         const failure = classify(error);
-        if (failure === undefined) throw error;
-        return err(failure);
+        if (failure !== undefined) return err(failure);
+        if (otherwise === undefined) throw error;
+        return err(otherwise(error));
       },
     ),
   );

@@ -1,5 +1,5 @@
 // Public surface of the queue module (re-exports only).
-export type { ClaimedLease, EnqueuedJob, Job, JobLease, JobState } from './job.js';
+export type { EnqueuedJob, Job, JobLease, JobState } from './job.js';
 export { Queue } from './queue.js';
 export type {
   CancelResult,
@@ -21,7 +21,6 @@ export type {
   ReapOptions,
   RedriveOptions,
   SettleError,
-  TakeNextOptions,
 } from './queue-types.js';
 export type { ScheduleDefinition } from './schedules/schedule-options.js';
 export type { ScheduleFiring, SchedulePassResult } from './schedules/schedule-pass.js';
@@ -29,8 +28,6 @@ export { type FireSchedulesOptions, type ScheduleState, scheduledTick } from './
 export type { DeclaredSchedule, MissedPolicy, StoredSchedule } from './schedules/schedule-types.js';
 export type { MigrateResult } from './schema/migrate-queue.js';
 export type {
-  ClaimedBatch,
-  CompleteAndTakeNextResult,
   CompleteManyResult,
   FailItem,
   FailResult,

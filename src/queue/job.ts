@@ -17,7 +17,7 @@ export interface Job<P = unknown> {
   readonly task: string;
   /**
    * The payload, as validated by the task's schema when it was enqueued (a job enqueued from SQL: when
-   * it runs, before its handler).
+   * it is claimed — before its handler runs, or before `claim()` returns it).
    */
   readonly payload: P;
   /** Lower runs first. */

@@ -3,6 +3,7 @@ import { loggerSchema } from '../observability/logger.js';
 import { telemetrySchema } from '../observability/otel-api.js';
 import { durationSchema, spanSchema } from '../tx/duration.js';
 import { isPayloadSchema, type PayloadSchema } from './payload-schema.js';
+import { REAP_BATCHES } from './store/job-store.js';
 import { isJobId } from './store/split-leases.js';
 
 /**
@@ -240,12 +241,6 @@ export const claimOptionsSchema = z.strictObject({
   tasks: z.array(taskName).min(1).optional(),
 });
 
-/** Options of `completeAndTakeNext`: the lease and tasks of the jobs it takes over, as a claim's. */
-export const takeNextOptionsSchema = claimOptionsSchema.omit({ batch: true }).extend({
-  /** At most this many jobs taken over in all (default: as many as the completion frees). */
-  max: z.number().int().min(0).max(1_000_000).optional(),
-});
-
 /** Options of `fail`. */
 export const failOptionsSchema = z.strictObject({
   /** Retry after exactly this long instead of the job's backoff. */
@@ -277,9 +272,9 @@ export const redriveOptionsSchema = z.strictObject({
 /** Options of `reap`. */
 export const reapOptionsSchema = z.strictObject({
   /** Jobs per statement (SKIP LOCKED batch). */
-  batch: z.number().int().min(1).max(10_000).default(500),
+  batch: z.number().int().min(1).max(10_000).default(REAP_BATCHES.batch),
   /** Stop after this many batches. */
-  maxBatches: z.number().int().min(1).max(10_000).default(20),
+  maxBatches: z.number().int().min(1).max(10_000).default(REAP_BATCHES.maxBatches),
 });
 
 /** Longest retention prune accepts: 100 years (an older cutoff is before any job, and out of range). */

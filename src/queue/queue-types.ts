@@ -12,7 +12,6 @@ import type {
   rateSchema,
   reapOptionsSchema,
   redriveOptionsSchema,
-  takeNextOptionsSchema,
 } from './queue-options.js';
 import type { ScheduleDefinition } from './schedules/schedule-options.js';
 import type { QueueTxManager, TaskMap } from './store/job-store.js';
@@ -69,8 +68,6 @@ export type EnqueueOptions = z.input<typeof enqueueOptionsSchema>;
 export type EnqueueManyOptions = z.input<typeof enqueueManyOptionsSchema>;
 /** Options of {@link Queue.claim}. */
 export type ClaimOptions = z.input<typeof claimOptionsSchema>;
-/** Options of {@link Queue.completeAndTakeNext}: the lease and tasks of the jobs it takes over. */
-export type TakeNextOptions = z.input<typeof takeNextOptionsSchema>;
 /** Options of {@link Queue.fail}. */
 export type FailOptions = z.input<typeof failOptionsSchema>;
 /** Options of {@link Queue.redrive}. */

@@ -1,4 +1,4 @@
-import { err, errAsync, ok, type Result, ResultAsync } from 'neverthrow';
+import { err, errAsync, ok, okAsync, type Result, ResultAsync } from 'neverthrow';
 import type pg from 'pg';
 import {
   type DatabaseFailure,
@@ -8,14 +8,16 @@ import {
   type TxKitError,
   UnknownTask,
 } from '../errors/errors.js';
+import { LogSink } from '../observability/log-sink.js';
 import type { Logger } from '../observability/logger.js';
 import { resolveOpenTelemetry } from '../observability/otel-api.js';
 import { type QueueSend, QueueTelemetry } from '../observability/queue-telemetry.js';
 import { guardClientErrors } from '../tx/guard-client-errors.js';
 import type { Db } from '../tx/types.js';
+import { checkedJob } from './checked-job.js';
 import { errorText } from './error-text.js';
 import { limitsDeclaration, ratesDeclared } from './group-limits.js';
-import type { ClaimedLease, EnqueuedJob, Job, JobLease, JobState } from './job.js';
+import { type EnqueuedJob, type Job, type JobLease, type JobState, uncheckedPayloads } from './job.js';
 import { type PayloadInput, type PayloadSchema, validatePayload } from './payload-schema.js';
 import { progressJson } from './progress-json.js';
 import {
@@ -29,7 +31,6 @@ import {
   queueOptionsSchema,
   reapOptionsSchema,
   redriveOptionsSchema,
-  takeNextOptionsSchema,
 } from './queue-options.js';
 import type {
   CancelResult,
@@ -48,7 +49,6 @@ import type {
   ReapOptions,
   RedriveOptions,
   SettleError,
-  TakeNextOptions,
 } from './queue-types.js';
 import { declareSchedules } from './schedules/schedule-options.js';
 import { runSchedulePass, type ScheduleContext, type SchedulePassResult } from './schedules/schedule-pass.js';
@@ -65,8 +65,6 @@ import { storableJson } from './storable-json.js';
 import { type InsertStatements, insertJobsValues, insertStatements } from './store/insert-jobs.js';
 import { JobStatements } from './store/job-statements.js';
 import type {
-  ClaimedBatch,
-  CompleteAndTakeNextResult,
   CompleteManyResult,
   FailItem,
   FailResult,
@@ -80,7 +78,7 @@ import { runStatement } from './store/run-statement.js';
 import { invalidLease, isJobId } from './store/split-leases.js';
 import type { WorkHandlers, WorkOptionsInput } from './worker/work-options.js';
 import { QueueWorker } from './worker/worker.js';
-import type { JobStore } from './worker/worker-port.js';
+import type { QueueSettings, WorkerPort } from './worker/worker-port.js';
 
 const ENQUEUE_RACE_RETRIES = 5;
 const REDRIVE_RACE_RETRIES = 5;
@@ -106,7 +104,7 @@ const REDRIVE_RACE_RETRIES = 5;
  * const worker = queue.work({ email: async (job) => sendMail(job.payload.to) }, { concurrency: 8 });
  * await worker.stop();
  */
-export class Queue<T extends TaskMap = TaskMap> implements JobStore {
+export class Queue<T extends TaskMap = TaskMap> {
   /** The pool the queue's own statements run on. */
   readonly pool: pg.Pool;
   /** The TxManager that runs handler transactions. */
@@ -124,8 +122,9 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
   /** Whether the queue declares `groups` or `taskRates`: its claims are limited. */
   readonly limited: boolean;
   /**
-   * Whether its workers' completions take over the group slots they free ({@link Queue.completeAndTakeNext}):
-   * limits declared, all of them concurrency.
+   * Whether its workers' completions take over the group slots they free (a serial group's next job
+   * goes to the worker that finished the one before, with no claim): limits declared, all of them
+   * concurrency.
    */
   readonly takesOver: boolean;
   /**
@@ -148,6 +147,10 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
   readonly #inserts: InsertStatements;
   /** The claim, settle, lease, reap and progress statements (what the worker's parts run). */
   readonly #jobs: JobStatements;
+  /** What its workers are given: the statements, the settings and the upkeep (never the queue). */
+  readonly #port: WorkerPort;
+  /** Where a claim reports a failure it cannot return (see {@link Queue.claim}). */
+  readonly #log: LogSink;
 
   /**
    * Creates a queue handle (sends nothing to the database; call {@link Queue.migrate} once at start-up).
@@ -213,6 +216,32 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
       maxAttempts: o.maxAttempts,
       backoff: o.backoff,
     };
+    this.#log = new LogSink(o.logger, 'pg-txkit queue');
+    const settings: QueueSettings = {
+      logger: this.logger,
+      telemetry: this.telemetry,
+      channel: this.channel,
+      cancelChannel: this.cancelChannel,
+      leaseMs: this.leaseMs,
+      limited: this.limited,
+      takesOver: this.takesOver,
+      rated: this.rated,
+      pool: this.pool,
+      txManager: this.txManager,
+      requires: this.requires,
+      schemaOf: (task) => this.#schemaOf(task),
+    };
+    this.#port = {
+      store: this.#jobs,
+      settings,
+      upkeep: {
+        metrics: () => this.metrics(),
+        prune: (options) => this.prune(options),
+        declaredSchedules: this.#schedules.declared,
+        fireSchedules: (options) => this.fireSchedules(options),
+      },
+    };
+    ports.set(this, this.#port);
   }
 
   /** The schedules this queue declares (validated, with their definition hashes). */
@@ -425,34 +454,57 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
   /**
    * Claims up to `batch` runnable jobs in one statement (MATERIALIZED CTE with FOR UPDATE SKIP
    * LOCKED, then UPDATE … RETURNING): each gets `attempts + 1`, a fresh lease token and a lease expiry.
-   * Run them, then `complete` or `fail` each before the lease expires (or `extend` it).
+   * Run them, then `complete` or `fail` each before the lease expires (or `extend` it). On a queue with
+   * `groups` or `taskRates`, the claim skips the jobs of full groups and takes the jobs behind them; the
+   * limits are checked and counted under the group's row lock in the same statement, so no number of
+   * concurrent claimers can exceed them.
+   *
+   * A job enqueued from SQL (`<schema>.enqueue(…)`) has its payload validated by its task's schema here,
+   * as a worker validates it before its handler: it comes back as that schema parses it, and one the
+   * schema refuses is failed at once (dead, the schema's issues in its `last_error`) and left out of the
+   * result; the others come back all the same. (Should that failure not be written — the database went
+   * away after the claim — it is logged, and the job comes back to a claim when its lease expires.)
    *
    * @example
    * const jobs = await queue.claim({ batch: 10, lease: '1m' });
    */
   claim(options: ClaimOptions = {}): ResultAsync<Job[], InvalidOptions | DatabaseFailure> {
-    return this.claimBatch(options).map((b) => b.jobs);
-  }
-
-  /**
-   * As {@link Queue.claim}, and says how long a rate limit holds the remaining ready jobs back
-   * (`waitMs`, when one did). On a queue with `groups` or `taskRates`, the claim skips the jobs of full
-   * groups and takes the jobs behind them; the limits are checked and counted under the group's row lock
-   * in the same statement, so no number of concurrent claimers can exceed them.
-   *
-   * @example
-   * const r = await queue.claimBatch({ batch: 10 });
-   * if (r.isOk() && r.value.jobs.length === 0 && r.value.waitMs !== undefined) await sleep(r.value.waitMs);
-   */
-  claimBatch(options: ClaimOptions = {}): ResultAsync<ClaimedBatch, InvalidOptions | DatabaseFailure> {
     const parsed = parseOptions(claimOptionsSchema, options);
     if (parsed.isErr()) return errAsync(parsed.error);
     const o = parsed.value;
-    return this.#jobs.claimBatch({
-      batch: o.batch,
-      lease: o.lease ?? this.leaseMs,
-      tasks: o.tasks ?? this.taskNames,
-    });
+    return this.#jobs
+      .claimBatch({ batch: o.batch, lease: o.lease ?? this.leaseMs, tasks: o.tasks ?? this.taskNames })
+      .andThen((claimed) => this.#runnable(claimed.jobs));
+  }
+
+  /**
+   * The claimed jobs a caller may run: each job enqueued from SQL checked by its task's schema, those it
+   * refuses failed (final, through the fenced fail statement a worker's settle uses) and left out.
+   */
+  #runnable(jobs: Job[]): ResultAsync<Job[], never> {
+    const refused: FailItem[] = [];
+    const runnable: Job[] = [];
+    for (const job of jobs) {
+      if (!uncheckedPayloads.has(job)) {
+        runnable.push(job);
+        continue;
+      }
+      const checked = checkedJob(job, this.#schemaOf(job.task));
+      if (checked.isOk()) runnable.push(checked.value);
+      else refused.push({ job, error: errorText(checked.error), final: true });
+    }
+    if (refused.length === 0) return okAsync(runnable);
+    return this.#jobs
+      .failMany(refused)
+      .map(() => runnable)
+      .orElse((error) => {
+        this.#log.error(
+          'claim',
+          { err: error, schema: this.schema, jobs: refused.map((r) => r.job.id) },
+          'claim could not fail the jobs whose payload their task refuses; they come back when their lease expires',
+        );
+        return okAsync(runnable);
+      });
   }
 
   /**
@@ -486,58 +538,6 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
     db: Db = this.pool,
   ): ResultAsync<CompleteManyResult, DatabaseFailure> {
     return this.#jobs.completeMany(jobs, db);
-  }
-
-  /**
-   * Completes jobs this queue's own claim returned (a worker's, on the pool): their ids and lease tokens
-   * are well-formed by construction, so they are not checked again as a user's are in completeMany.
-   * When none of them has a group (`group: null`), the statement has no group steps.
-   *
-   * @example
-   * const jobs = await queue.claim({ batch: 50 });
-   * if (jobs.isOk()) await queue.completeClaimed(jobs.value);
-   */
-  completeClaimed(jobs: readonly ClaimedLease[]): ResultAsync<CompleteManyResult, DatabaseFailure> {
-    return this.#jobs.completeClaimed(jobs);
-  }
-
-  /**
-   * As {@link Queue.completeClaimed}, and on a queue whose limits are concurrency only (no `rate`, no
-   * `taskRates`) it takes over the group slots it frees, in the same call: for each group that had
-   * k of these jobs, the group's next k ready jobs of `tasks` (in claim order within the group) are
-   * leased to the caller, as a claim leases them, and come back in `next` to be run. The group's count
-   * of running jobs does not change, so its row is not written, and no claim has to find the group
-   * again: this is how a worker keeps serial groups moving at close to the unlimited queue's speed.
-   * One autocommit call of the schema's `complete_take_next` function (migration 0001): the jobs
-   * are completed first, then the next ones are looked for under a new snapshot, so a job another
-   * completion has just taken over is not tried (trying it would hold that job's row lock until this
-   * call ends, and make its worker's completion of it wait). A job is taken over only when no ready
-   * job of `tasks` has a better priority, and only while the group's count is within its declared
-   * concurrency (after a limit was lowered, slots are given back until it is). `max`: at most that
-   * many jobs taken over in all (a worker passes the room its local queue has; the other slots go
-   * back). Without limits, with a rate limit declared, for jobs without a group, or with `max: 0`,
-   * `next` is empty and this is completeClaimed. `InvalidOptions` (nothing sent) for a bad lease, task
-   * list or max.
-   *
-   * @example
-   * const claimed = await queue.claim({ batch: 50 });
-   * if (claimed.isOk()) {
-   *   const r = await queue.completeAndTakeNext(claimed.value, { lease: '30s' });
-   *   if (r.isOk()) console.log(r.value.completed.length, 'done,', r.value.next.length, 'more to run');
-   * }
-   */
-  completeAndTakeNext(
-    jobs: readonly ClaimedLease[],
-    options: TakeNextOptions = {},
-  ): ResultAsync<CompleteAndTakeNextResult, InvalidOptions | DatabaseFailure> {
-    const parsed = parseOptions(takeNextOptionsSchema, options);
-    if (parsed.isErr()) return errAsync(parsed.error);
-    const o = parsed.value;
-    return this.#jobs.completeAndTakeNext(jobs, {
-      lease: o.lease ?? this.leaseMs,
-      tasks: o.tasks ?? this.taskNames,
-      max: o.max ?? jobs.length,
-    });
   }
 
   /**
@@ -723,20 +723,7 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
     if (invalid !== undefined) return errAsync(invalid);
     const json = progressJson(value);
     if (json.isErr()) return errAsync(json.error);
-    return this.writeProgress(job, json.value);
-  }
-
-  /**
-   * Writes a progress value already turned into JSON by `progressJson` (validated, size-capped),
-   * fenced like {@link Queue.progress}. Used by `ctx.progress`, which validates when it is called and
-   * writes later (coalesced).
-   *
-   * @example
-   * const json = progressJson({ done: 1 });
-   * if (json.isOk()) await queue.writeProgress(job, json.value);
-   */
-  writeProgress(job: JobLease, json: string): ResultAsync<void, SettleError> {
-    return this.#jobs.writeProgress(job, json);
+    return this.#jobs.writeProgress(job, json.value);
   }
 
   /**
@@ -854,20 +841,8 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
     return readQueueMetrics(this.pool, this.schema, parsed.value.cap);
   }
 
-  /**
-   * Runs the fenced completion of one job on `db` (a transaction) and lets driver errors propagate
-   * unchanged, so the TxManager running the transaction can classify and retry them. Returns false
-   * when the lease was lost. Used by a handler's `ctx.transaction`.
-   *
-   * @example
-   * await tm.do(async (tx) => ((await queue.completeWithin(tx, job)) ? ok(1) : err(new LeaseLost(job.id))));
-   */
-  completeWithin(db: Db, job: JobLease): Promise<boolean> {
-    return this.#jobs.completeWithin(db, job);
-  }
-
   /** The payload schema of a task (undefined if not registered). */
-  schemaOf(task: string): PayloadSchema | undefined {
+  #schemaOf(task: string): PayloadSchema | undefined {
     return Object.hasOwn(this.#tasks, task) ? this.#tasks[task] : undefined;
   }
 
@@ -881,8 +856,26 @@ export class Queue<T extends TaskMap = TaskMap> implements JobStore {
    * process.on('SIGTERM', () => void worker.stop());
    */
   work(handlers: WorkHandlers<T>, options: WorkOptionsInput = {}): QueueWorker<T> {
-    return new QueueWorker(this, handlers, options);
+    return new QueueWorker(this.#port, handlers, options);
   }
+}
+
+/** Each queue's {@link WorkerPort} (see {@link workerPort}). */
+const ports = new WeakMap<object, WorkerPort>();
+
+/**
+ * The port a queue's workers run on: its `JobStatements` as the narrow stores, its settings and its
+ * upkeep. Inside the package only (not exported from its entry points): for tests that run the
+ * worker's statements themselves, or start a worker on a store they wrap.
+ *
+ * @example
+ * const { store } = workerPort(queue);
+ * const batch = await store.claimBatch({ batch: 10, lease: 30_000, tasks: [...queue.taskNames] });
+ */
+export function workerPort(queue: Queue): WorkerPort {
+  const port = ports.get(queue);
+  if (port === undefined) throw new TypeError('not a Queue of this copy of pg-txkit');
+  return port;
 }
 
 /** Ends an enqueue's span when its statement settles (the result passes through unchanged). */

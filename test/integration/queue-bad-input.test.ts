@@ -194,15 +194,12 @@ describe('a lease shorter than the floor (5 s)', () => {
     expect(sent).toEqual([]);
   });
 
-  it('claim, claimBatch, extend, extendMany, completeAndTakeNext: InvalidOptions, nothing sent', async () => {
+  it('claim, extend, extendMany: InvalidOptions, nothing sent', async () => {
     const { queue, sent } = await freshQueue();
     for (const lease of shortLeases) {
       leaseIssue((await queue.claim({ lease }))._unsafeUnwrapErr());
-      leaseIssue((await queue.claimBatch({ lease }))._unsafeUnwrapErr());
       leaseIssue((await queue.extend(job, lease))._unsafeUnwrapErr());
       leaseIssue((await queue.extendMany([job], lease))._unsafeUnwrapErr());
-      const claimed = { ...job, group: 'g' };
-      leaseIssue((await queue.completeAndTakeNext([claimed], { lease }))._unsafeUnwrapErr());
     }
     expect(sent).toEqual([]);
   });

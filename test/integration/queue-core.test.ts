@@ -3,7 +3,14 @@ import { z } from 'zod';
 import { Queue } from '../../src/queue/index.js';
 import { QUEUE_MIGRATIONS } from '../../src/queue/schema/queue-migrations.generated.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
-import { backendPid, expireLeases, leaks, queueClient, untilBlocked } from '../fixtures/queue-helpers.js';
+import {
+  backendPid,
+  expireLeases,
+  leaks,
+  queueClient,
+  storeOf,
+  untilBlocked,
+} from '../fixtures/queue-helpers.js';
 import { useTestDatabase } from '../helpers.js';
 
 const { pool, url } = await useTestDatabase();
@@ -270,7 +277,7 @@ describe('state transitions', () => {
         [task, payload, 'k;"1",', 'g;😀,"x"'],
         [task, { s: '', a: [], n: 0 }, null, null],
       ]);
-      expect((await queue.completeClaimed(claimed))._unsafeUnwrap().completed).toHaveLength(2);
+      expect((await storeOf(queue).completeClaimed(claimed))._unsafeUnwrap().completed).toHaveLength(2);
     }
   });
 
@@ -341,7 +348,7 @@ describe('state transitions', () => {
     await pool.query(`UPDATE ${queue.schema}.jobs SET lease_token = gen_random_uuid() WHERE id = $1`, [
       b!.id,
     ]);
-    const r = (await queue.completeClaimed(claimed))._unsafeUnwrap();
+    const r = (await storeOf(queue).completeClaimed(claimed))._unsafeUnwrap();
     expect(r.completed.sort()).toEqual(rest.map((j) => j.id).sort());
     expect(r.lost.sort()).toEqual([a!.id, b!.id].sort());
     expect(r.invalid).toEqual([]);
@@ -383,16 +390,20 @@ describe('state transitions', () => {
         group: 'g2',
       })
     )._unsafeUnwrap();
-    const first = (await queue.claimBatch({ batch: 2 }))._unsafeUnwrap();
+    const first = (
+      await storeOf(queue).claimBatch({ batch: 2, lease: queue.leaseMs, tasks: queue.taskNames })
+    )._unsafeUnwrap();
     expect(first.jobs).toHaveLength(1);
     expect(first.jobs[0]).toMatchObject({ task: 'email', group: 'g2', attempts: 1, progress: null });
     expect(first.jobs[0]?.payload).toEqual({ to: expect.stringMatching(/@example\.com$/) });
     expect(first.jobs[0]?.runAt).toBeInstanceOf(Date);
-    const second = (await queue.claimBatch({ batch: 2 }))._unsafeUnwrap();
+    const second = (
+      await storeOf(queue).claimBatch({ batch: 2, lease: queue.leaseMs, tasks: queue.taskNames })
+    )._unsafeUnwrap();
     expect(second.jobs).toEqual([]);
     expect(typeof second.waitMs).toBe('number');
     expect(second.waitMs).toBeGreaterThan(0);
-    (await queue.completeClaimed(first.jobs))._unsafeUnwrap();
+    (await storeOf(queue).completeClaimed(first.jobs))._unsafeUnwrap();
   });
 
   it('claims in priority, then run_at, then id order and skips jobs scheduled later', async () => {

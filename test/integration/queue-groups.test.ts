@@ -7,7 +7,7 @@ import { z } from 'zod';
 import { type GroupsOption, type Job, Queue } from '../../src/queue/index.js';
 import { gate } from '../../src/testing/gate.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
-import { eventually } from '../fixtures/queue-helpers.js';
+import { eventually, storeOf } from '../fixtures/queue-helpers.js';
 import { useTestDatabase } from '../helpers.js';
 
 const { pool, url } = await useTestDatabase({ max: 10 });
@@ -226,7 +226,7 @@ describe('no busy loop when every ready job is over its limit', () => {
     await eventually(() => started.length === 1);
     // The group is full: 4 ready jobs no one may claim. A second worker polls only once a minute, so
     // any claim it makes now comes from a loop, a NOTIFY or its start.
-    const claims = vi.spyOn(idle, 'claimBatch');
+    const claims = vi.spyOn(storeOf(idle), 'claimBatch');
     const second = idle.work(
       {
         work: () => {
@@ -265,12 +265,13 @@ describe('no busy loop when every ready job is over its limit', () => {
     (await q.enqueueMany(pool, 'work', [{ n: 1 }, { n: 2 }], { group: 'g' }))._unsafeUnwrap();
     const held = (await q.claim({ batch: 2 }))._unsafeUnwrap();
     expect(held).toHaveLength(1);
-    const claims = vi.spyOn(q, 'claimBatch');
+    const store = storeOf(q);
+    const claims = vi.spyOn(store, 'claimBatch');
     // A loop that claims again as long as ready jobs remain: every claim comes back empty.
     for (let i = 0; i < 20; i++) {
       const s = (await q.stats())._unsafeUnwrap();
       if (s.ready === 0) break;
-      (await q.claimBatch({ batch: 1 }))._unsafeUnwrap();
+      (await store.claimBatch({ batch: 1, lease: q.leaseMs, tasks: q.taskNames }))._unsafeUnwrap();
     }
     expect(claims.mock.calls.length).toBeGreaterThan(4);
   });
@@ -336,23 +337,23 @@ describe("completeClaimed (the worker's batch completion)", () => {
     const same = () => countersTrue(schema);
     await same();
     // Ungrouped only: the lean statement.
-    expect((await q.completeClaimed([byN(0), byN(1)]))._unsafeUnwrap().completed).toHaveLength(2);
+    expect((await storeOf(q).completeClaimed([byN(0), byN(1)]))._unsafeUnwrap().completed).toHaveLength(2);
     await same();
     // Mixed: the full statement gives g's slot back.
-    expect((await q.completeClaimed([byN(2), byN(4)]))._unsafeUnwrap().completed).toHaveLength(2);
+    expect((await storeOf(q).completeClaimed([byN(2), byN(4)]))._unsafeUnwrap().completed).toHaveLength(2);
     await same();
     // The naive control: a grouped job sent as if it had no group takes the lean statement, and its
     // group keeps a slot nobody holds.
     const naive = byN(3);
-    expect((await q.completeClaimed([{ ...naive, group: null }]))._unsafeUnwrap().completed).toEqual([
-      naive.id,
-    ]);
+    expect((await storeOf(q).completeClaimed([{ ...naive, group: null }]))._unsafeUnwrap().completed).toEqual(
+      [naive.id],
+    );
     const after = await counters(schema);
     expect(after.find((c) => c.key === 'g')).toMatchObject({ running: 1, actual: 0 });
     // A lease without its group (plain JavaScript) takes the full statement.
     const h = byN(5);
     const untyped = { id: h.id, leaseToken: h.leaseToken } as unknown as Job;
-    expect((await q.completeClaimed([untyped]))._unsafeUnwrap().completed).toEqual([h.id]);
+    expect((await storeOf(q).completeClaimed([untyped]))._unsafeUnwrap().completed).toEqual([h.id]);
     expect((await counters(schema)).find((c) => c.key === 'h')).toMatchObject({ running: 0, actual: 0 });
   });
 });
@@ -385,15 +386,16 @@ describe("local queues on a limited queue (prefetch 'auto')", () => {
       let done = 0;
       const workers = [1, 2].map(() => {
         const q = replica(schema, groups);
-        const claim = q.claimBatch.bind(q);
-        vi.spyOn(q, 'claimBatch').mockImplementation((options) =>
+        const store = storeOf(q);
+        const claim = store.claimBatch.bind(store);
+        vi.spyOn(store, 'claimBatch').mockImplementation((options) =>
           claim(options).map((b) => {
             sizes.push(b.jobs.length);
             return b;
           }),
         );
-        const complete = q.completeAndTakeNext.bind(q);
-        vi.spyOn(q, 'completeAndTakeNext').mockImplementation((jobs, options) =>
+        const complete = store.completeAndTakeNext.bind(store);
+        vi.spyOn(store, 'completeAndTakeNext').mockImplementation((jobs, options) =>
           complete(jobs, options).map((r) => {
             takenOver += r.next.length;
             return r;

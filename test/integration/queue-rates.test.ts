@@ -8,7 +8,13 @@ import { z } from 'zod';
 import { limitsDeclaration } from '../../src/queue/group-limits.js';
 import { type Job, Queue, type QueueOptions } from '../../src/queue/index.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
-import { eventually, mostWithin, recordClaims, untilServerPasses } from '../fixtures/queue-helpers.js';
+import {
+  eventually,
+  mostWithin,
+  recordClaims,
+  storeOf,
+  untilServerPasses,
+} from '../fixtures/queue-helpers.js';
 import { useTestDatabase } from '../helpers.js';
 
 const { pool, url } = await useTestDatabase({ max: 10 });
@@ -36,7 +42,7 @@ async function burnDown(limits: Limits, groups: Record<string, number>) {
     byGroup.set(g, [...(byGroup.get(g) ?? []), job.leaseExpiresAt.getTime() - LEASE_MS]);
   };
   const replicas = [replica(schema, limits), replica(schema, limits)];
-  const claims = replicas.map((q) => vi.spyOn(q, 'claimBatch'));
+  const claims = replicas.map((q) => vi.spyOn(storeOf(q), 'claimBatch'));
   // A poll once a minute: only a NOTIFY or the claim's own "next window" hint can wake a worker in time.
   const workers = replicas.map((q) => q.work({ work: claimed }, { concurrency: 4, pollInterval: 60_000 }));
   await eventually(() => workers.every((w) => w.listening));
@@ -162,7 +168,7 @@ describe('a worker of a queue with rate limits', () => {
     (await setup.migrate())._unsafeUnwrap();
     const queue = replica(schema, { taskRates: { work: { limit: 1000, per: '1s' } } });
     expect(queue.rated).toBe(true);
-    const claims = vi.spyOn(queue, 'claimBatch');
+    const claims = vi.spyOn(storeOf(queue), 'claimBatch');
     const started: number[] = [];
     let release: () => void = () => {};
     const held = new Promise<void>((resolve) => {

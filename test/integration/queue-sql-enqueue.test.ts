@@ -1,12 +1,14 @@
 // <schema>.enqueue(task, payload, …): enqueueing from SQL (a trigger, a migration, psql, another
 // language) with enqueue()'s rules, and the worker validating such a payload when the job runs.
+import { errAsync } from 'neverthrow';
 import pg from 'pg';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { z } from 'zod';
-import { Queue } from '../../src/queue/index.js';
+import { DbError } from '../../src/errors/errors.js';
+import { type Job, Queue } from '../../src/queue/index.js';
 import { uncheckedPayloads } from '../../src/queue/job.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
-import { eventually } from '../fixtures/queue-helpers.js';
+import { eventually, storeOf, takeNext } from '../fixtures/queue-helpers.js';
 import { useTestDatabase } from '../helpers.js';
 
 const { pool, url } = await useTestDatabase();
@@ -82,7 +84,11 @@ describe('<schema>.enqueue from SQL', () => {
     await sqlEnqueue(queue, `'email', '{"to":"first"}', priority => -5`, []);
     await sqlEnqueue(queue, `'email', '{"to":"later"}', run_at => now() + interval '1 hour'`, []);
     const claimed = (await queue.claim({ batch: 10 }))._unsafeUnwrap();
-    expect(claimed.map((j) => j.payload)).toEqual([{ to: 'first' }, { to: 'g1' }]);
+    // As the task's schema parses them (claim() validates a payload enqueued from SQL, see below).
+    expect(claimed.map((j) => j.payload)).toEqual([
+      { to: 'first', lang: 'en' },
+      { to: 'g1', lang: 'en' },
+    ]);
     expect(claimed[1]?.group).toBe('g');
   });
 
@@ -154,13 +160,69 @@ describe('<schema>.enqueue from SQL', () => {
     expect(job.lastError).toMatch(/payload\.to/);
   });
 
+  it("claim() validates such a payload as work() does: the refused job fails alone with the worker's error, the others come back parsed", async () => {
+    const queue = await freshQueue();
+    const bad = await sqlEnqueue(queue, `'email', '{"to":42}'`, []);
+    const good = await sqlEnqueue(queue, `'email', '{"to":"ok@example.com"}'`, []);
+    const claimed = (await queue.claim({ batch: 10 }))._unsafeUnwrap();
+    // Only the valid job, with the payload its schema parses (the default applied), as a handler gets it.
+    expect(claimed.map((j) => [j.id, j.payload])).toEqual([[good, { to: 'ok@example.com', lang: 'en' }]]);
+    const refused = (await queue.job(bad))._unsafeUnwrap();
+    expect(refused).toMatchObject({ state: 'dead', attempts: 1 });
+    expect(refused.lastError).toMatch(/payload\.to/);
+    // The valid job is still ours to settle.
+    (await queue.complete(claimed[0] as Job))._unsafeUnwrap();
+    // The same payload run by a worker: the same error text.
+    const other = await freshQueue();
+    const viaWorker = await sqlEnqueue(other, `'email', '{"to":42}'`, []);
+    const worker = other.work({ email: async () => {} }, { pollInterval: 50 });
+    try {
+      await eventually(() => worker.counters.dead === 1);
+    } finally {
+      await worker.stop();
+    }
+    expect((await other.job(viaWorker))._unsafeUnwrap().lastError).toBe(refused.lastError);
+  });
+
+  it('claim() of jobs enqueued from SQL with valid payloads sends no fail statement', async () => {
+    const queue = await freshQueue();
+    await sqlEnqueue(queue, `'email', '{"to":"a@example.com"}'`, []);
+    const fails = vi.spyOn(storeOf(queue), 'failMany');
+    const claimed = (await queue.claim({ batch: 10 }))._unsafeUnwrap();
+    expect(claimed.map((j) => j.payload)).toEqual([{ to: 'a@example.com', lang: 'en' }]);
+    expect(fails).not.toHaveBeenCalled();
+  });
+
+  it('claim() whose fail of a refused payload is not written still returns the valid jobs, and logs it', async () => {
+    const errors: string[] = [];
+    const logger = {
+      error: (_: object, msg?: string) => void errors.push(msg ?? ''),
+      warn() {},
+      info() {},
+      debug() {},
+    };
+    const queue = new Queue({ pool, txManager: tm, schema: `q_sqlenq_${++seq}`, tasks, logger });
+    (await queue.migrate())._unsafeUnwrap();
+    const bad = await sqlEnqueue(queue, `'email', '{"to":42}'`, []);
+    const good = await sqlEnqueue(queue, `'email', '{"to":"ok@example.com"}'`, []);
+    // The fail statement fails (the database went away after the claim).
+    vi.spyOn(storeOf(queue), 'failMany').mockReturnValue(
+      errAsync(new DbError('57P01', 'terminating connection')),
+    );
+    const claimed = (await queue.claim({ batch: 10 }))._unsafeUnwrap();
+    expect(claimed.map((j) => j.id)).toEqual([good]);
+    expect(errors).toEqual([expect.stringMatching(/payload their task refuses/)]);
+    // The refused job stays leased (it comes back when its lease expires), its attempt counted.
+    expect((await queue.job(bad))._unsafeUnwrap()).toMatchObject({ state: 'running', attempts: 1 });
+  });
+
   it('a job enqueued from SQL and taken over by a completion is validated too', async () => {
     const queue = await freshQueue({ groups: { default: { concurrency: 1 } } });
     (await queue.enqueue(pool, 'email', { to: 'first' }, { group: 'g' }))._unsafeUnwrap();
     await sqlEnqueue(queue, `'email', '{"to":7}', group_key => 'g'`, []);
     const [first] = (await queue.claim({ batch: 10 }))._unsafeUnwrap();
     if (first === undefined) throw new Error('nothing claimed');
-    const r = (await queue.completeAndTakeNext([first], { lease: '30s' }))._unsafeUnwrap();
+    const r = (await takeNext(queue, [first], { lease: 30_000 }))._unsafeUnwrap();
     expect(r.next.map((j) => j.payload)).toEqual([{ to: 7 }]);
     // Decoded as unchecked, as from a claim: the worker's runner validates it before its handler.
     expect(r.next.map((j) => uncheckedPayloads.has(j))).toEqual([true]);

@@ -6,6 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { Queue } from '../../src/queue/index.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
+import { takeNext } from '../fixtures/queue-helpers.js';
 import { useTestDatabase } from '../helpers.js';
 
 const { pool } = await useTestDatabase();
@@ -80,7 +81,7 @@ describe('stored functions and their decoder', () => {
       await queue.enqueue(pool, 'email', { to: 'e' }, { group: 'g', key: 'k-3', priority: 2 })
     )._unsafeUnwrap();
     const first = await claimOne(queue);
-    const r = (await queue.completeAndTakeNext([first], { lease: '30s' }))._unsafeUnwrap();
+    const r = (await takeNext(queue, [first], { lease: 30_000 }))._unsafeUnwrap();
     expect(r.completed).toEqual([first.id]);
     expect(r.next).toHaveLength(1);
     const next = r.next[0];

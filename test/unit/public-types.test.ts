@@ -19,7 +19,6 @@ import {
   type SessionLock,
   type safeDdl,
   singleRun,
-  type TakeNextOptions,
   type TxManager,
   type updateWhere,
   withAdvisoryLock,
@@ -132,10 +131,19 @@ describe('queue payload types come from the task schemas', () => {
       expectTypeOf<ErrKinds<ReturnType<typeof queue.complete>>>().toEqualTypeOf<
         'LeaseLost' | 'InvalidOptions' | DbKinds
       >();
-      expectTypeOf<ErrKinds<ReturnType<typeof queue.completeAndTakeNext>>>().toEqualTypeOf<
-        'InvalidOptions' | DbKinds
-      >();
-      expectTypeOf(queue.completeAndTakeNext).parameter(1).toEqualTypeOf<TakeNextOptions | undefined>();
+    }));
+
+  it("the worker's statements are not the queue's public methods", () =>
+    typesOnly(() => {
+      // The worker runs them on the queue's JobStatements; the public Queue has its user methods only.
+      expectTypeOf(queue).not.toHaveProperty('claimBatch');
+      expectTypeOf(queue).not.toHaveProperty('completeClaimed');
+      expectTypeOf(queue).not.toHaveProperty('completeAndTakeNext');
+      expectTypeOf(queue).not.toHaveProperty('writeProgress');
+      expectTypeOf(queue).not.toHaveProperty('completeWithin');
+      expectTypeOf(queue).not.toHaveProperty('schemaOf');
+      // Control: a user method is a property (the assertion can fail).
+      expectTypeOf(queue).toHaveProperty('completeMany');
     }));
 });
 

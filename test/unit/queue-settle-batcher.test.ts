@@ -2,12 +2,12 @@
 // goes to, and where the jobs taken over go. A fake store: no database.
 import { errAsync, okAsync } from 'neverthrow';
 import { describe, expect, it } from 'vitest';
-import { InvalidOptions } from '../../src/errors/errors.js';
+import { DbError } from '../../src/errors/errors.js';
 import type { ClaimedLease, Job } from '../../src/queue/job.js';
+import type { SettleStore } from '../../src/queue/store/job-store.js';
 import { SettleBatcher } from '../../src/queue/worker/settle-batcher.js';
-import type { JobStore } from '../../src/queue/worker/worker-port.js';
 
-type Store = Pick<JobStore, 'completeClaimed' | 'completeAndTakeNext' | 'failMany'>;
+type Store = Pick<SettleStore, 'completeClaimed' | 'completeAndTakeNext' | 'failMany'>;
 
 const lease = (id: string, group: string | null): ClaimedLease => ({
   id,
@@ -78,8 +78,8 @@ describe('SettleBatcher with takeOver', () => {
     }
   });
 
-  it("reports a refused take-over (the worker's own options: a defect) on every job of the batch, takes nothing, and frees the reservation", async () => {
-    const { store } = fakeStore(() => errAsync(new InvalidOptions([{ path: ['lease'], message: 'bad' }])));
+  it('reports a failed take-over (a database failure) on every job of the batch, takes nothing, and frees the reservation', async () => {
+    const { store } = fakeStore(() => errAsync(new DbError('57P01', 'terminating connection')));
     const taken: [Job[], number][] = [];
     const batcher = new SettleBatcher<string>(store, {
       enabled: true,

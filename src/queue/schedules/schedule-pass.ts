@@ -1,7 +1,7 @@
-import { ResultAsync } from 'neverthrow';
+import type { ResultAsync } from 'neverthrow';
 import type pg from 'pg';
-import { classify } from '../../errors/classify.js';
 import { type DatabaseFailure, ScheduleFailed } from '../../errors/errors.js';
+import { asResult } from '../../patterns/run-query.js';
 import { inClientTransaction } from '../in-client-transaction.js';
 import { insertJobsValues } from '../store/insert-jobs.js';
 import { parseStoredSchedule } from './schedule-options.js';
@@ -99,11 +99,7 @@ export function runSchedulePass(
     }
     return inClientTransaction(ctx.pool, (client) => pass(client, ctx, options));
   };
-  return ResultAsync.fromPromise(run(), (e) => {
-    const failure = classify(e);
-    if (failure === undefined) throw e;
-    return failure as DatabaseFailure;
-  });
+  return asResult(run());
 }
 
 async function pass(

@@ -1,9 +1,9 @@
-import { ResultAsync } from 'neverthrow';
+import type { ResultAsync } from 'neverthrow';
 import type pg from 'pg';
 import { z } from 'zod/v4';
-import { classify } from '../../errors/classify.js';
 import type { DatabaseFailure } from '../../errors/errors.js';
 import { livenessSchema } from '../queue-options.js';
+import { runStatement } from '../store/run-statement.js';
 import { parseStoredSchedule } from './schedule-options.js';
 import type { ScheduleRow, ScheduleStatements } from './schedule-sql.js';
 import type { StoredSchedule } from './schedule-types.js';
@@ -48,11 +48,7 @@ export function scheduleStates(
   sql: ScheduleStatements,
 ): ResultAsync<ScheduleState[], DatabaseFailure> {
   type Row = ScheduleRow & { fired: number; skipped: number };
-  return ResultAsync.fromPromise(pool.query<Row>(sql.list), (e) => {
-    const failure = classify(e);
-    if (failure === undefined) throw e;
-    return failure as DatabaseFailure;
-  }).map((r) =>
+  return runStatement<Row>(pool, sql.list, []).map((r) =>
     r.rows.map((row) => ({
       name: row.name,
       definition: parseStoredSchedule(row.definition),

@@ -1,7 +1,6 @@
-import { ResultAsync } from 'neverthrow';
+import type { ResultAsync } from 'neverthrow';
 import pg from 'pg';
 import { advisoryKey } from '../../advisory/advisory-key.js';
-import { classify } from '../../errors/classify.js';
 import { DbError, MigrationChanged, type TxKitError } from '../../errors/errors.js';
 import { dbAttributes } from '../../observability/db-attributes.js';
 import { inSpan } from '../../observability/in-span.js';
@@ -9,6 +8,7 @@ import { LogSink } from '../../observability/log-sink.js';
 import type { Logger } from '../../observability/logger.js';
 import type { OpenTelemetryApi } from '../../observability/otel-api.js';
 import { SpanKind } from '../../observability/span-kind.js';
+import { asResult } from '../../patterns/run-query.js';
 import { inClientTransaction } from '../in-client-transaction.js';
 import type { QueueMigration } from './queue-migration.js';
 import { QUEUE_MIGRATIONS } from './queue-migrations.generated.js';
@@ -68,9 +68,13 @@ function firstDifference(
   return undefined;
 }
 
-function toError(e: unknown): TxKitError {
+/**
+ * What migrate() answers with besides a driver error (classified by `asResult`): its own refusal, and —
+ * since it runs at start-up, where a rejection would go unreported — anything else as a DbError carrying it.
+ */
+function notDriverError(e: unknown): MigrationChanged | DbError {
   if (e instanceof MigrationChanged) return e;
-  return classify(e) ?? new DbError(undefined, e instanceof Error ? e.message : String(e), e);
+  return new DbError(undefined, e instanceof Error ? e.message : String(e), e);
 }
 
 /**
@@ -156,5 +160,5 @@ export function migrateQueue(
       throw error;
     },
   );
-  return ResultAsync.fromPromise(traced, toError);
+  return asResult(traced, notDriverError);
 }

@@ -10,17 +10,19 @@ import {
   jobsFromClaim,
   type LimitedClaimedRow,
 } from '../job.js';
-import type {
-  ClaimedBatch,
-  ClaimStore,
-  CompleteAndTakeNextResult,
-  CompleteManyResult,
-  FailItem,
-  FailResult,
-  LeaseStore,
-  ProgressStore,
-  ReapResult,
-  SettleStore,
+import {
+  type ClaimedBatch,
+  type ClaimStore,
+  type CompleteAndTakeNextResult,
+  type CompleteManyResult,
+  type FailItem,
+  type FailResult,
+  type LeaseStore,
+  type ProgressStore,
+  REAP_BATCHES,
+  type ReapResult,
+  type ReapStore,
+  type SettleStore,
 } from './job-store.js';
 import type { QueueStatements } from './queue-sql.js';
 import { runStatement, runTuples } from './run-statement.js';
@@ -69,15 +71,16 @@ export interface JobStatementsConfig {
 /**
  * The statements that move a job through its lease: claim, complete, fail, extend, release, reap and
  * progress, on input that is already valid (the public `Queue` parses the user's options first; a
- * worker's are parsed when it starts). Its methods are the narrow stores ({@link ClaimStore},
- * {@link SettleStore}, {@link LeaseStore}, {@link ProgressStore}, and the reaper's batches) that the
- * worker's parts take, so none of them depends on the public queue.
+ * worker's are parsed when it starts). A queue owns one; its public methods delegate to it, and its
+ * workers get it as the narrow stores ({@link ClaimStore}, {@link SettleStore}, {@link LeaseStore},
+ * {@link ReapStore}, {@link ProgressStore}) each of their parts takes, so none of them depends on the
+ * public queue.
  *
  * @example
  * const jobs = new JobStatements({ pool, sql: queueStatements('jobs', options), limits: undefined, takesOver: false });
  * const batch = await jobs.claimBatch({ batch: 10, lease: 30_000, tasks: ['email'] });
  */
-export class JobStatements implements ClaimStore, SettleStore, LeaseStore, ProgressStore {
+export class JobStatements implements ClaimStore, SettleStore, LeaseStore, ReapStore, ProgressStore {
   readonly #pool: pg.Pool;
   readonly #sql: QueueStatements;
   readonly #limits: string | undefined;
@@ -138,8 +141,20 @@ export class JobStatements implements ClaimStore, SettleStore, LeaseStore, Progr
   }
 
   /**
-   * As completeClaimed, and takes over the group slots it frees (see `Queue.completeAndTakeNext`):
-   * one call of the schema's `complete_take_next` function.
+   * As completeClaimed, and on a queue whose limits are concurrency only (no `rate`, no `taskRates`) it
+   * takes over the group slots it frees, in the same call: for each group that had k of these jobs, the
+   * group's next k ready jobs of `tasks` (in claim order within the group) are leased for `lease` ms, as
+   * a claim leases them, and come back in `next` to be run. The group's count of running jobs does not
+   * change, so its row is not written, and no claim has to find the group again: this is how a worker
+   * keeps serial groups moving at close to the unlimited queue's speed. One autocommit call of the
+   * schema's `complete_take_next` function: the jobs are completed first, then the next ones are looked
+   * for under a new snapshot, so a job another completion has just taken over is not tried (trying it
+   * would hold that job's row lock until this call ends, and make its worker's completion of it wait).
+   * A job is taken over only when no ready job of `tasks` has a better priority, and only while the
+   * group's count is within its declared concurrency (after a limit was lowered, slots are given back
+   * until it is). `max`: at most that many jobs taken over in all (a worker passes the room its local
+   * queue has; the other slots go back). Without limits, with a rate limit declared, for jobs without a
+   * group, or with `max: 0`, `next` is empty and this is completeClaimed.
    */
   completeAndTakeNext(
     jobs: readonly ClaimedLease[],
@@ -206,7 +221,9 @@ export class JobStatements implements ClaimStore, SettleStore, LeaseStore, Progr
   }
 
   /** Returns expired leases to pending (or dead), `batch` rows a statement, at most `maxBatches` of them. */
-  reap(o: { batch: number; maxBatches: number }): ResultAsync<ReapResult, DatabaseFailure> {
+  reap(
+    o: { readonly batch: number; readonly maxBatches: number } = REAP_BATCHES,
+  ): ResultAsync<ReapResult, DatabaseFailure> {
     const loop = async (): Promise<Result<ReapResult, DatabaseFailure>> => {
       let requeued = 0;
       let dead = 0;

@@ -1,5 +1,5 @@
 import type { ResultAsync } from 'neverthrow';
-import type { DatabaseFailure, InvalidOptions, LeaseLost } from '../../errors/errors.js';
+import type { DatabaseFailure, LeaseLost } from '../../errors/errors.js';
 import type { Db, Tx } from '../../tx/types.js';
 import type { ClaimedLease, Job, JobLease, JobState } from '../job.js';
 import type { PayloadSchema } from '../payload-schema.js';
@@ -53,7 +53,7 @@ export interface CompleteAndTakeNextResult extends CompleteManyResult {
   readonly next: Job[];
 }
 
-/** What one claim statement returned (`JobStore.claimBatch`). */
+/** What one claim statement returned ({@link ClaimStore.claimBatch}). */
 export interface ClaimedBatch {
   /** The jobs claimed, each with a fresh lease. */
   readonly jobs: Job[];
@@ -63,6 +63,12 @@ export interface ClaimedBatch {
    */
   readonly waitMs: number | undefined;
 }
+
+/**
+ * How a reaper pass works through expired leases: `batch` rows a statement (SKIP LOCKED), at most
+ * `maxBatches` statements. The defaults of `queue.reap()` and of a worker's reaper.
+ */
+export const REAP_BATCHES = { batch: 500, maxBatches: 20 } as const;
 
 /** The outcome of a reaper pass (`reap`). */
 export interface ReapResult {
@@ -76,10 +82,10 @@ export interface ReapResult {
 export interface ClaimStore {
   /** Claims up to `batch` runnable jobs of `tasks` in one statement, each with a fresh lease (and the rate limits' wait hint). */
   claimBatch(options: {
-    batch: number;
-    lease: number;
-    tasks: string[];
-  }): ResultAsync<ClaimedBatch, InvalidOptions | DatabaseFailure>;
+    readonly batch: number;
+    readonly lease: number;
+    readonly tasks: readonly string[];
+  }): ResultAsync<ClaimedBatch, DatabaseFailure>;
 }
 
 /** Settles jobs: what the settle batcher and a handler's transaction take. */
@@ -92,8 +98,8 @@ export interface SettleStore {
    */
   completeAndTakeNext(
     jobs: readonly ClaimedLease[],
-    options: { lease: number; tasks: string[]; max: number },
-  ): ResultAsync<CompleteAndTakeNextResult, InvalidOptions | DatabaseFailure>;
+    options: { readonly lease: number; readonly tasks: readonly string[]; readonly max: number },
+  ): ResultAsync<CompleteAndTakeNextResult, DatabaseFailure>;
   /** Records many failed attempts in one fenced statement. */
   failMany(items: readonly FailItem[]): ResultAsync<Map<string, FailResult>, DatabaseFailure>;
   /** The fenced completion of `job` on `db` (a transaction); driver errors propagate. */
@@ -103,22 +109,19 @@ export interface SettleStore {
 /** Holds and gives back leases: the heartbeat and a stopping worker. */
 export interface LeaseStore {
   /** Extends many leases in one fenced statement (heartbeat). */
-  extendMany(
-    jobs: readonly JobLease[],
-    lease: number,
-  ): ResultAsync<Map<string, Date>, InvalidOptions | DatabaseFailure>;
+  extendMany(jobs: readonly JobLease[], lease: number): ResultAsync<Map<string, Date>, DatabaseFailure>;
   /** Gives running jobs back without charging the attempt. */
   release(jobs: readonly JobLease[]): ResultAsync<string[], DatabaseFailure>;
 }
 
 /** Returns expired leases: the reaper. */
 export interface ReapStore {
-  /** Returns expired leases to pending (or dead). */
-  reap(): ResultAsync<ReapResult, InvalidOptions | DatabaseFailure>;
+  /** Returns expired leases to pending (or dead), in the default batches ({@link REAP_BATCHES}). */
+  reap(): ResultAsync<ReapResult, DatabaseFailure>;
 }
 
 /** Stores a running job's progress: a handler's `ctx.progress`. */
 export interface ProgressStore {
   /** Stores a running job's progress (JSON text from `progressJson`), fenced by the lease token. */
-  writeProgress(job: JobLease, json: string): ResultAsync<void, LeaseLost | InvalidOptions | DatabaseFailure>;
+  writeProgress(job: JobLease, json: string): ResultAsync<void, LeaseLost | DatabaseFailure>;
 }

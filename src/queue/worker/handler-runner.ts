@@ -11,9 +11,9 @@ import type { LogSink } from '../../observability/log-sink.js';
 import type { QueueProcess } from '../../observability/queue-telemetry.js';
 import { freeClients } from '../../tx/acquire-client.js';
 import type { Tx } from '../../tx/types.js';
+import { checkedJob } from '../checked-job.js';
 import { errorText } from '../error-text.js';
 import { type Job, uncheckedPayloads } from '../job.js';
-import { validatePayload } from '../payload-schema.js';
 import { progressJson } from '../progress-json.js';
 import type { FailResult, LeaseStore, ProgressStore, SettleStore } from '../store/job-store.js';
 import { ProgressWriter } from './progress-writer.js';
@@ -22,13 +22,15 @@ import type { JobContext, JobHandler, JobOutcome, WorkerHooks, WorkerPhase } fro
 import type { QueueSettings } from './worker-port.js';
 
 /**
- * What the handler runner takes from the queue: the settles (a handler's `ctx.transaction` completes its
- * job in it), the heartbeat's lease store, progress, and the pool, TxManager and telemetry.
+ * The statements the handler runner runs: a handler's `ctx.transaction` completes its job in it, the
+ * heartbeat extends leases, `ctx.progress` writes progress.
  */
 export type RunnerStore = Pick<SettleStore, 'completeWithin'> &
   Pick<LeaseStore, 'extendMany'> &
-  ProgressStore &
-  Pick<QueueSettings, 'pool' | 'txManager' | 'telemetry' | 'schemaOf'>;
+  ProgressStore;
+
+/** What the handler runner reads from its queue: the pool, TxManager, telemetry and payload schemas. */
+export type RunnerSettings = Pick<QueueSettings, 'pool' | 'txManager' | 'telemetry' | 'schemaOf'>;
 
 /** Thrown into a handler's signal when it runs past `handlerTimeout`. */
 export class HandlerTimeoutError extends Error {
@@ -114,17 +116,20 @@ export interface HandlerRunnerOptions {
 class RunContext implements JobContext {
   readonly #running: Running;
   readonly #store: RunnerStore;
+  readonly #settings: RunnerSettings;
   readonly #progressIntervalMs: number;
   readonly #onLost: (running: Running) => void;
 
   constructor(
     running: Running,
     store: RunnerStore,
+    settings: RunnerSettings,
     progressIntervalMs: number,
     onLost: (running: Running) => void,
   ) {
     this.#running = running;
     this.#store = store;
+    this.#settings = settings;
     this.#progressIntervalMs = progressIntervalMs;
     this.#onLost = onLost;
   }
@@ -140,7 +145,7 @@ class RunContext implements JobContext {
     const store = this.#store;
     // The write needs a pool client of its own. Awaited inside ctx.transaction while that transaction
     // holds the last free client (a pool of 1), it would wait on itself forever: refuse at once instead.
-    if (running.txOpen > 0 && freeClients(store.pool) <= 0) {
+    if (running.txOpen > 0 && freeClients(this.#settings.pool) <= 0) {
       return errAsync(
         new PoolExhausted(
           'ctx.progress inside ctx.transaction needs a second client, but the pool has none free; ' +
@@ -173,7 +178,7 @@ class RunContext implements JobContext {
     running.txCalls++;
     running.txOpen++;
     // Through the TxManager's do(): its retries, propagation and fixes apply to the handler's transaction.
-    const transaction = store.txManager.do(async (tx) => {
+    const transaction = this.#settings.txManager.do(async (tx) => {
       const value = await fn(tx);
       // The fenced completion, in the handler's transaction: both commit or neither does.
       return (await store.completeWithin(tx, job)) ? ok(value) : err(new LeaseLost(job.id));
@@ -202,11 +207,12 @@ class RunContext implements JobContext {
  * settle.
  *
  * @example
- * const runner = new HandlerRunner(queue, batcher, { handlers, leaseMs: 30_000, handlerTimeout: undefined, hooks: undefined, progressIntervalMs: 1000 }, events);
+ * const runner = new HandlerRunner(store, settings, batcher, { handlers, leaseMs: 30_000, handlerTimeout: undefined, hooks: undefined, progressIntervalMs: 1000 }, events);
  * runner.start(job, Date.now());
  */
 export class HandlerRunner {
   readonly #store: RunnerStore;
+  readonly #settings: RunnerSettings;
   readonly #batcher: SettleBatcher<Running>;
   readonly #o: HandlerRunnerOptions;
   readonly #events: HandlerRunnerEvents;
@@ -221,11 +227,13 @@ export class HandlerRunner {
 
   constructor(
     store: RunnerStore,
+    settings: RunnerSettings,
     batcher: SettleBatcher<Running>,
     options: HandlerRunnerOptions,
     events: HandlerRunnerEvents,
   ) {
     this.#store = store;
+    this.#settings = settings;
     this.#batcher = batcher;
     this.#o = options;
     this.#events = events;
@@ -427,7 +435,7 @@ export class HandlerRunner {
 
   #end(job: Job, durationMs: number, outcome: JobOutcome, error?: unknown): void {
     this.#events.onOutcome(outcome);
-    this.#store.telemetry.processed(job.task, outcome, error);
+    this.#settings.telemetry.processed(job.task, outcome, error);
     if (this.#o.hooks?.onJobEnd === undefined) return;
     this.#hook(
       'onJobEnd',
@@ -449,31 +457,31 @@ export class HandlerRunner {
     this.#hook('onJobStart', job);
     const handler = this.#o.handlers[job.task];
     // The processing span (OpenTelemetry), linked to the enqueuing one; undefined when nothing records.
-    const span = this.#store.telemetry.process(job);
+    const span = this.#settings.telemetry.process(job);
     running.span = span;
     if (handler === undefined) return new Error(`no handler for task "${job.task}"`);
     // A job enqueued from SQL: its payload meets the task's schema now. One that does not fails alone,
     // dead at once (another attempt would read the same payload), with the schema's issues as its error.
-    let payload = job.payload;
+    let run = job;
     if (uncheckedPayloads.has(job)) {
-      const schema = this.#store.schemaOf(job.task);
-      const checked = schema === undefined ? undefined : validatePayload(schema, job.payload);
-      if (checked !== undefined) {
-        if (checked.isErr()) {
-          running.final = true;
-          return checked.error;
-        }
-        // The handler gets what enqueue() would have stored: the JSON of the parsed value (a
-        // z.coerce.date() field is a string for an enqueued job, so it is one here too).
-        payload = JSON.parse(JSON.stringify(checked.value)) as typeof payload;
+      const checked = checkedJob(job, this.#settings.schemaOf(job.task));
+      if (checked.isErr()) {
+        running.final = true;
+        return checked.error;
       }
+      run = checked.value;
     }
     const ms = this.#o.handlerTimeout;
     if (ms !== undefined) running.timer = setTimeout(() => this.#timedOut(running, ms), ms);
     let result: unknown;
     try {
-      const context = new RunContext(running, this.#store, this.#o.progressIntervalMs, this.#lost);
-      const run = payload === job.payload ? job : { ...job, payload };
+      const context = new RunContext(
+        running,
+        this.#store,
+        this.#settings,
+        this.#o.progressIntervalMs,
+        this.#lost,
+      );
       result = span === undefined ? handler(run, context) : span.run(() => handler(run, context));
     } catch (e) {
       return e;

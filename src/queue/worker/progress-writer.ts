@@ -6,7 +6,10 @@ import type { JobLease } from '../job.js';
 type SettleError = LeaseLost | InvalidOptions | DatabaseFailure;
 
 /** What a {@link ProgressWriter} writes with: one fenced progress statement for one job. */
-export type WriteProgress = (job: JobLease, json: string) => PromiseLike<Result<void, SettleError>>;
+export type WriteProgress = (
+  job: JobLease,
+  json: string,
+) => PromiseLike<Result<void, LeaseLost | DatabaseFailure>>;
 
 /** Resolves one `report` call with the outcome of the write that carried its value (or a later one). */
 type Waiter = (outcome: Result<void, SettleError>) => void;

@@ -156,9 +156,6 @@ export class SettleBatcher<C> {
         if (t.isOk()) {
           taken = t.value.next;
           r = ok(t.value);
-        } else if (t.error.kind === 'InvalidOptions') {
-          // The worker's own lease and tasks: invalid ones are a defect (thrown, reported per job below).
-          throw t.error;
         } else r = err(t.error);
       }
       if (r.isErr()) {

@@ -18,8 +18,8 @@ import type {
 import type { QueueMetrics } from '../store/queue-health.js';
 
 // What a worker is given: the narrow stores it runs jobs through (store/job-store.ts) and what it reads
-// from its queue and runs on timers. The worker's port belongs to the worker: the store below knows
-// nothing of schedules or retention.
+// from its queue and runs on timers. The worker's port belongs to the worker: the store knows nothing
+// of schedules or retention.
 
 /** Options of a prune (`queue.prune`). */
 export type PruneInput = z.input<typeof pruneOptionsSchema>;
@@ -81,22 +81,22 @@ export interface QueueUpkeep {
 }
 
 /**
- * What `new QueueWorker(store, …)` is given (the public `Queue` is one): the narrow stores and the
- * queue's settings and upkeep. The worker hands each of its parts only the store it needs — the job
- * supply a {@link ClaimStore}, the settle batcher a {@link SettleStore}, the handler runner a
- * {@link SettleStore}, {@link LeaseStore} and {@link ProgressStore}, the reaper a {@link ReapStore} — as
- * River's completer takes an executor, so the path of a job reads top-down (enqueue → claim → handler →
- * settle) without an import back to the queue.
+ * What `new QueueWorker(port, …)` is given: the queue's statements as the narrow stores, its settings
+ * and its upkeep — never the public `Queue`. The worker hands each of its parts only the store it needs
+ * — the job supply a {@link ClaimStore} (and `release`), the settle batcher a {@link SettleStore}, the
+ * handler runner `completeWithin`, `extendMany` and a {@link ProgressStore}, the reaper a
+ * {@link ReapStore} — as graphile-worker's worker gets `getJob`, `completeJob`, `failJob` and River's
+ * completer a narrow executor, so the path of a job reads top-down (enqueue → claim → handler → settle)
+ * without an import back to the queue.
  *
  * @example
- * const store: JobStore = queue;
- * const batch = await store.claimBatch({ batch: 10, lease: 30_000, tasks: ['email'] });
+ * const worker = new QueueWorker({ store: statements, settings, upkeep }, handlers, { concurrency: 8 });
  */
-export interface JobStore
-  extends ClaimStore,
-    SettleStore,
-    LeaseStore,
-    ReapStore,
-    ProgressStore,
-    QueueSettings,
-    QueueUpkeep {}
+export interface WorkerPort {
+  /** The claim, settle, lease, reap and progress statements (the queue's `JobStatements`). */
+  readonly store: ClaimStore & SettleStore & LeaseStore & ReapStore & ProgressStore;
+  /** Where to LISTEN, defaults and limits, logger, telemetry, pool and payload schemas. */
+  readonly settings: QueueSettings;
+  /** Health gauges, retention and the scheduler, run on timers. */
+  readonly upkeep: QueueUpkeep;
+}

@@ -19,7 +19,7 @@ import {
   type WorkOptionsInput,
   workOptionsSchema,
 } from './work-options.js';
-import type { JobStore } from './worker-port.js';
+import type { WorkerPort } from './worker-port.js';
 
 /**
  * A running worker (from `queue.work()`). Its `JobSupply` claims batches for its free slots and, under a
@@ -38,7 +38,10 @@ import type { JobStore } from './worker-port.js';
 export class QueueWorker<T extends TaskMap = TaskMap> {
   /** Resolves when the worker has fully stopped (after stop(), or the signal's abort). */
   readonly done: Promise<void>;
-  readonly #store: JobStore;
+  readonly #store: WorkerPort['store'];
+  readonly #upkeep: WorkerPort['upkeep'];
+  /** The NOTIFY channel of the queue (named in the log lines). */
+  readonly #channel: string;
   readonly #o: WorkOptions;
   readonly #leaseMs: number;
   readonly #tasks: string[];
@@ -82,13 +85,16 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
   #loopDone: Promise<void> = Promise.resolve();
 
   /** Use `queue.work(handlers, options)`. Throws InvalidOptions on invalid options (a defect). */
-  constructor(store: JobStore, handlers: WorkHandlers<T>, options: WorkOptionsInput) {
+  constructor(port: WorkerPort, handlers: WorkHandlers<T>, options: WorkOptionsInput) {
     const parsed = parseOptions(workOptionsSchema, options);
     if (parsed.isErr()) throw parsed.error;
     this.#o = parsed.value;
+    const { store, settings, upkeep } = port;
     this.#store = store;
-    this.#log = new LogSink(store.logger, 'pg-txkit queue worker');
-    this.#leaseMs = this.#o.lease ?? store.leaseMs;
+    this.#upkeep = upkeep;
+    this.#channel = settings.channel;
+    this.#log = new LogSink(settings.logger, 'pg-txkit queue worker');
+    this.#leaseMs = this.#o.lease ?? settings.leaseMs;
     // A queue with rate limits holds no local queue: a rate counts claims, and jobs claimed ahead of
     // free slots waited locally and then started in bursts (15 starts in one second against a limit of
     // 10, 6 against 4). Each claim asks for the free slots only, so a claimed job starts at once.
@@ -99,7 +105,7 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
     const skipped: SkippedTask[] = [];
     this.#tasks = [];
     for (const task of Object.keys(byTask).filter((t) => typeof byTask[t] === 'function')) {
-      const missing = (Object.hasOwn(store.requires, task) ? (store.requires[task] ?? []) : []).filter(
+      const missing = (Object.hasOwn(settings.requires, task) ? (settings.requires[task] ?? []) : []).filter(
         (c) => !have.has(c),
       );
       if (missing.length > 0) skipped.push({ task, missing });
@@ -114,7 +120,7 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
       // With concurrency limits, a completion takes over the group slots it frees (completeAndTakeNext): a
       // serial group's next job goes to the worker that finished the one before, with no claim to find
       // it and no write to the group's row. Not while stopping: the worker takes nothing new then.
-      takeOver: store.takesOver
+      takeOver: settings.takesOver
         ? {
             params: (grouped) => this.#supply.takeOverParams(grouped),
             taken: (jobs, params) => this.#supply.taken(jobs, params),
@@ -123,6 +129,7 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
     });
     this.#runner = new HandlerRunner(
       store,
+      settings,
       this.#batcher,
       {
         handlers: byTask,
@@ -150,8 +157,8 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
         pollInterval: this.#o.pollInterval,
         leaseMs: this.#leaseMs,
         tasks: this.#tasks,
-        limited: store.limited,
-        noLocalQueue: store.rated,
+        limited: settings.limited,
+        noLocalQueue: settings.rated,
       },
       this.#wake,
       this.#slot,
@@ -177,9 +184,9 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
     // statement a second, and no pass that could still hold a pool client when stop() returns. (A stored
     // schedule that no running replica declares is never fired; the next pass of a replica that declares
     // schedules marks it disabled.)
-    if (this.#o.schedules && store.declaredSchedules.length > 0) {
+    if (this.#o.schedules && upkeep.declaredSchedules.length > 0) {
       this.#scheduler = new ScheduleLoop({
-        pass: (o) => store.fireSchedules(o),
+        pass: (o) => upkeep.fireSchedules(o),
         intervalMs: this.#o.scheduleInterval,
         livenessMs: this.#o.scheduleLiveness,
         onPass: (r) => {
@@ -209,9 +216,9 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
     if (this.#tasks.length === 0) return; // a scheduler only
     if (this.#o.listen) {
       this.#listener = new JobListener({
-        connection: store.pool.options,
-        channel: store.channel,
-        cancelChannel: store.cancelChannel,
+        connection: settings.pool.options,
+        channel: settings.channel,
+        cancelChannel: settings.cancelChannel,
         onWake: () => this.#wake.wake(),
         onCancel: (id) => this.#cancelled(id),
         onError: (e, next) =>
@@ -228,7 +235,7 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
       this.#listener.start();
     }
     // OpenTelemetry gauges of the queue's health while this worker runs (no-op without the API).
-    this.#unobserve = store.telemetry.observe(() => gaugeReading(store));
+    this.#unobserve = settings.telemetry.observe(() => gaugeReading(upkeep));
     // The loop may not end in an unhandled rejection: a defect is reported and stops the worker.
     this.#loopDone = this.#supply.claimLoop().catch((e: unknown) => {
       this.#error(e, 'worker');
@@ -385,7 +392,7 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
   /** Reports an error: hooks.onError and the log (a streak's repeats at debug, after its first line). */
   #error(error: unknown, phase: WorkerPhase, streak = 1, message?: string): void {
     this.#counters.errors++;
-    const fields = { err: error, phase, channel: this.#store.channel, streak };
+    const fields = { err: error, phase, channel: this.#channel, streak };
     if (streak > 1) this.#log.debug(phase, fields, `${phase} failed again (${streak} in a row)`);
     else this.#log.error(phase, fields, message ?? `${phase} failed; the worker keeps trying`);
     try {
@@ -453,7 +460,7 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
     if (this.#stopping) return;
     try {
       const { every: _every, ...options } = retention;
-      const r = await this.#store.prune(options);
+      const r = await this.#upkeep.prune(options);
       if (r.isErr()) this.#failed(r.error, 'prune');
       else this.#worked('prune', 'prune works again');
     } catch (e) {
