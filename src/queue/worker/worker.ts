@@ -351,7 +351,7 @@ export class QueueWorker<T extends TaskMap = TaskMap> {
       const ids = left.map((j) => j.id);
       this.#log.warn(
         'stop',
-        { channel: this.#store.channel, jobIds: ids, graceMs: this.#o.graceMs },
+        { channel: this.#channel, jobIds: ids, graceMs: this.#o.graceMs },
         `${left.length} handler(s) still running after their signal was aborted and ${this.#o.graceMs} ms more: ` +
           `jobs ${ids.join(', ')} are left leased until their lease lapses (then the reaper gives them back; ` +
           'a late ctx.transaction of these handlers completes its job only while the lease holds)',
