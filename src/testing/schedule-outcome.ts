@@ -48,7 +48,8 @@ export interface StepOutcome {
   readonly notices: readonly string[];
   /**
    * For a blocked step: how many of `notices` had arrived when it was reported waiting (the
-   * isolation tester prints those before the `<waiting ...>` line, the others at its completion).
+   * isolation tester prints those before the `<waiting ...>` line, those read while it waited where
+   * `noticesWhileWaiting` says, the rest at its completion).
    */
   readonly noticesBeforeWaiting?: number;
   /**
