@@ -59,6 +59,9 @@ try {
       paymentKeys: Math.max(1_000, Math.ceil(transactions / 10)),
       singleRunKeys: Math.max(1_000, Math.ceil(transactions / 20)),
       spareSlot0: true, // one worker is never SIGKILLed: its RSS series covers the whole run
+      // a million transactions' journal is hundreds of MB, read and checked in memory at the end:
+      // RELIABILITY_HISTORY=1 turns it on (the reliability suite always checks its history)
+      history: false,
       sampleEveryMs: 5_000,
     }),
   });

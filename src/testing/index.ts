@@ -80,6 +80,7 @@ export {
   SpecRunError,
 } from './run-isolation-spec.js';
 export {
+  type NoticesWhileWaiting,
   Schedule,
   ScheduleError,
   type ScheduleErrorReason,

@@ -16,6 +16,7 @@ import {
   unusedSteps,
 } from './isolation-spec.js';
 import {
+  type NoticesWhileWaiting,
   Schedule,
   type ScheduleStepSpec,
   type StatementResult,
@@ -105,15 +106,16 @@ const CONNECTION_LOST = /^(Connection terminated|ECONNRESET|EPIPE)|Connection te
 /**
  * The step's results and error, as isolationtester prints them after the step line. An error with
  * its fields is `SEVERITY:  message`; a FATAL also ends the connection, so libpq gives a second
- * result without fields, printed whole (its message holds the FATAL line and libpq's three lines
- * about the closed connection) with a blank line after it, as isolationtester's `printf("%s\n")`
- * does; a connection lost without a server message is that second result alone.
+ * result without fields, printed whole (libpq's three lines about the closed connection) with a blank
+ * line after it, as isolationtester's `printf("%s\n")` does; a connection lost without a server
+ * message is that second result alone. `repeatFatal`: PostgreSQL 14's libpq also repeats the FATAL
+ * line in that second result (15 and later report each error once), and so do 14's expected files.
  */
-function printOutcome(outcome: StepOutcome): string {
+function printOutcome(outcome: StepOutcome, repeatFatal: boolean): string {
   if (outcome.status === 'ok') return outcome.results.map((r) => printResult(r)).join('');
   const message = outcome.message ?? '';
   if (outcome.severity === 'FATAL') {
-    return `FATAL:  ${message}\nFATAL:  ${message}\n${LIBPQ_CONNECTION_LOST}\n`;
+    return `FATAL:  ${message}\n${repeatFatal ? `FATAL:  ${message}\n` : ''}${LIBPQ_CONNECTION_LOST}\n`;
   }
   if (outcome.severity) return `${outcome.severity}:  ${message}\n`;
   if (CONNECTION_LOST.test(message) || CONNECTION_LOST.test(outcome.code ?? ''))
@@ -130,16 +132,25 @@ function blockersOf(pstep: SpecPermutationStep): StepBlocker[] {
 /**
  * A session's notices as isolationtester's notice processor prints them, `<session>: <libpq text>`,
  * as they are read: `part` 'before' those that came before a blocked step was reported waiting,
- * 'after' the rest (printed at its completion), 'all' every one.
+ * 'after' those read at its completion (after the ones read while it waited), 'all' every one, or
+ * one batch read while it waited.
  */
 function printNotices(
   o: StepOutcome,
   sessionNames: ReadonlyMap<string, string>,
-  part: 'all' | 'before' | 'after' = 'all',
+  part: 'all' | 'before' | 'after' | NoticesWhileWaiting = 'all',
 ): string {
   const split = o.noticesBeforeWaiting ?? 0;
+  const whileWaiting = o.noticesWhileWaiting ?? [];
+  const readWaiting = whileWaiting[whileWaiting.length - 1]?.upTo ?? split;
   const notices =
-    part === 'all' ? o.notices : part === 'before' ? o.notices.slice(0, split) : o.notices.slice(split);
+    part === 'all'
+      ? o.notices
+      : part === 'before'
+        ? o.notices.slice(0, split)
+        : part === 'after'
+          ? o.notices.slice(readWaiting)
+          : o.notices.slice(part.upTo - part.count, part.upTo);
   return notices.map((n) => `${sessionNames.get(o.session) ?? o.session}: ${n}\n`).join('');
 }
 
@@ -162,20 +173,41 @@ function printSteps(
   outcomes: readonly StepOutcome[],
   sessionNames: ReadonlyMap<string, string>,
   senders: ReadonlyMap<number, string>,
+  repeatFatal: boolean,
 ): string {
   let out = '';
   const resultsOf = (o: StepOutcome): string =>
-    `${printOutcome(o)}${printNotifications(o, sessionNames, senders)}`;
-  const completed = (after: number): StepOutcome[] =>
-    outcomes
-      .filter((o) => o.blocked && o.completedAfter === after)
-      .sort((a, b) => a.completionOrder - b.completionOrder);
+    `${printOutcome(o, repeatFatal)}${printNotifications(o, sessionNames, senders)}`;
+  // After step i, isolationtester looks at each waiting step again: it prints the notices read from a
+  // step that still waits, and a step that finished with its notices and results, in the order it
+  // read them (a batch read before the completion ranked k comes before it).
+  const afterStep = (after: number): string[] => {
+    const events: { rank: number; sub: number; text: string }[] = [];
+    for (const o of outcomes) {
+      if (!o.blocked) continue;
+      for (const batch of o.noticesWhileWaiting ?? []) {
+        if (batch.after !== after) continue;
+        events.push({
+          rank: batch.beforeCompletion,
+          sub: batch.order,
+          text: printNotices(o, sessionNames, batch),
+        });
+      }
+      if (o.completedAfter === after) {
+        events.push({
+          rank: o.completionOrder,
+          sub: Number.POSITIVE_INFINITY,
+          text: `${printNotices(o, sessionNames, 'after')}step ${o.name ?? ''}: <... completed>\n${resultsOf(o)}`,
+        });
+      }
+    }
+    return events.sort((a, b) => a.rank - b.rank || a.sub - b.sub).map((e) => e.text);
+  };
   outcomes.forEach((o, i) => {
     const name = o.name ?? String(i);
     if (o.blocked) out += `${printNotices(o, sessionNames, 'before')}step ${name}: ${o.sql} <waiting ...>\n`;
     else out += `${printNotices(o, sessionNames)}step ${name}: ${o.sql}\n${resultsOf(o)}`;
-    for (const c of completed(i))
-      out += `${printNotices(c, sessionNames, 'after')}step ${c.name ?? ''}: <... completed>\n${resultsOf(c)}`;
+    out += afterStep(i).join('');
   });
   return out;
 }
@@ -280,6 +312,12 @@ async function run(
     // check_testspec's warnings come before anything else (stderr, merged into the .out by the harness)
     for (const name of unusedSteps(spec)) emit(`unused step name: ${name}\n`);
     await control.connect();
+    // the isolationtester (and libpq) of the server's major prints what its expected files hold
+    const versionNum = Number(
+      (await control.query<{ v: string }>('SELECT current_setting($1) AS v', ['server_version_num'])).rows[0]
+        ?.v,
+    );
+    const repeatFatal = versionNum >= 140000 && versionNum < 150000;
     schedule = await Schedule.open(url, {
       sessions: internal,
       values: 'text',
@@ -331,7 +369,7 @@ async function run(
         if (!step) throw new Error(`internal: step ${ps.step} was checked by the parser`);
         return { session: step.internal, sql: step.sql, name: ps.step, blockers: blockersOf(ps) };
       });
-      emit(printSteps(await s.run(steps), specName, senders));
+      emit(printSteps(await s.run(steps), specName, senders, repeatFatal));
 
       for (const [i, session] of spec.sessions.entries()) {
         if (session.teardown === undefined) continue;

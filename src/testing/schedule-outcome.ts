@@ -48,9 +48,16 @@ export interface StepOutcome {
   readonly notices: readonly string[];
   /**
    * For a blocked step: how many of `notices` had arrived when it was reported waiting (the
-   * isolation tester prints those before the `<waiting ...>` line, the others at its completion).
+   * isolation tester prints those before the `<waiting ...>` line, those read while it waited where
+   * `noticesWhileWaiting` says, the rest at its completion).
    */
   readonly noticesBeforeWaiting?: number;
+  /**
+   * For a blocked step: notices that arrived while it waited and were read when the schedule looked
+   * at it again (after a later step) and it still waited, in the order they were read. The isolation
+   * tester prints them then, not at the step's completion.
+   */
+  readonly noticesWhileWaiting?: readonly NoticesWhileWaiting[];
   /** NOTIFY messages the session received up to the step's completion (it must have run LISTEN). */
   readonly notifications: readonly StepNotification[];
   /** For a blocked step: index of the step after which it finished. */
@@ -72,4 +79,21 @@ export interface StepNotification {
   readonly payload: string;
   /** The process id (pid) of the backend that sent it, as `pg_backend_pid()` reports it there. */
   readonly processId: number;
+}
+
+/**
+ * Notices a waiting step's session sent while it waited, read when the schedule looked at the step
+ * again after step `after` and found it still waiting (see `StepOutcome.noticesWhileWaiting`).
+ */
+export interface NoticesWhileWaiting {
+  /** Index of the step after which they were read. */
+  readonly after: number;
+  /** How many of the step's `notices` were read then (those after the ones read before). */
+  readonly count: number;
+  /** How many of the step's `notices` had been read by then, in all. */
+  readonly upTo: number;
+  /** How many steps of the run had completed when they were read (`completionOrder` of the next). */
+  readonly beforeCompletion: number;
+  /** Rank among all the notices read while waiting in the run (0-based). */
+  readonly order: number;
 }

@@ -2,9 +2,19 @@ import pg from 'pg';
 import { z } from 'zod/v4';
 import { InvalidOptions } from '../errors/index.js';
 import { formatOutcomes } from './format-outcomes.js';
-import type { StatementResult, StepNotification, StepOutcome } from './schedule-outcome.js';
+import type {
+  NoticesWhileWaiting,
+  StatementResult,
+  StepNotification,
+  StepOutcome,
+} from './schedule-outcome.js';
 
-export type { StatementResult, StepNotification, StepOutcome } from './schedule-outcome.js';
+export type {
+  NoticesWhileWaiting,
+  StatementResult,
+  StepNotification,
+  StepOutcome,
+} from './schedule-outcome.js';
 
 /**
  * One step of a schedule: the session that runs it, its SQL (one statement, or several separated by
@@ -160,6 +170,8 @@ interface Running {
   blocked: boolean;
   /** Notices received when it was first reported waiting. */
   noticesBeforeWaiting: number | undefined;
+  /** Notices read while it waited, each time it was looked at again and still waited. */
+  readonly noticeMarks: NoticesWhileWaiting[];
   readonly notices: string[];
   /** Per `{ step, notices }` blocker: the notice count its session must reach. */
   readonly noticeTargets: ReadonlyMap<Session, number>;
@@ -535,6 +547,7 @@ export class Schedule<S extends string = string> {
         completionOrder: completions++,
         ...(sent === undefined ? {} : { sentAfter: sent }),
         ...(r.blocked ? { completedAfter, noticesBeforeWaiting: r.noticesBeforeWaiting ?? 0 } : {}),
+        ...(r.noticeMarks.length > 0 ? { noticesWhileWaiting: r.noticeMarks } : {}),
       };
       outcomes[r.step.index] =
         result.status === 'ok'
@@ -553,8 +566,26 @@ export class Schedule<S extends string = string> {
       if (at >= 0) waiting.splice(at, 1);
       if (r.session.running === r) r.session.running = undefined;
     };
+    let marks = 0;
+    /**
+     * A step looked at again still waits: the notices read since it was last printed are printed now,
+     * as the isolation tester's notice processor prints what PQconsumeInput reads while it polls.
+     */
+    const stillWaiting = (r: Running, after: number): void => {
+      const last = r.noticeMarks[r.noticeMarks.length - 1];
+      const printed = last ? last.upTo : (r.noticesBeforeWaiting ?? 0);
+      if (r.notices.length > printed) {
+        r.noticeMarks.push({
+          after,
+          count: r.notices.length - printed,
+          upTo: r.notices.length,
+          beforeCompletion: completions,
+          order: marks++,
+        });
+      }
+    };
     const tryComplete = (r: Running, flags: TryFlags, after: number, waitContext?: string) =>
-      this.#tryComplete(r, flags, after, record, waitContext);
+      this.#tryComplete(r, flags, after, record, stillWaiting, waitContext);
     /** The isolation tester's `try_complete_steps`: each waiting step in turn, until nothing moves. */
     const tryCompleteWaiting = async (
       after: number,
@@ -684,6 +715,7 @@ export class Schedule<S extends string = string> {
       result: undefined,
       blocked: false,
       noticesBeforeWaiting: undefined,
+      noticeMarks: [],
       notices: session.idleNotices.splice(0),
       noticeTargets,
       done: client
@@ -755,6 +787,7 @@ export class Schedule<S extends string = string> {
     flags: TryFlags,
     after: number,
     record: (r: Running, completedAfter: number) => void,
+    stillWaiting: (r: Running, after: number) => void,
     waitContext = '',
   ): Promise<boolean> {
     const { stepTimeoutMs, blockTimeoutMs, pollMs } = this.#options;
@@ -770,6 +803,11 @@ export class Schedule<S extends string = string> {
         const blocked = await this.#blockedPids([r.session.pid]);
         if (r.result) break;
         if (blocked.has(r.session.pid)) {
+          // as the isolation tester reads its input after the lock check: a notice sent before the
+          // session blocked is in, and the step's own result may be too
+          await new Promise((resolve) => setImmediate(resolve));
+          if (r.result) break;
+          if (flags.retry && r.blocked) stillWaiting(r, after);
           markWaiting(r);
           return true;
         }
@@ -790,6 +828,7 @@ export class Schedule<S extends string = string> {
       await waitAny([r.done], flags.nonblock ? pollMs : left);
     }
     if (this.#held(r)) {
+      if (flags.retry && r.blocked) stillWaiting(r, after);
       markWaiting(r);
       return true;
     }

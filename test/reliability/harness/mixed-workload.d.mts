@@ -25,6 +25,23 @@ export interface MixedWorkloadOptions {
   readonly reportEveryMs: number;
   readonly sampleEveryMs: number;
   readonly seed: number;
+  /** Record the history of transfers, payments and singleRun reports and check it (checkHistory). */
+  readonly history: boolean;
+  /** The naive control: transfers read with a plain SELECT at READ COMMITTED, no row lock, no retry. */
+  readonly naive: boolean;
+}
+
+/** The recorded history and what checkHistory (serializable, with session order) found in it. */
+export interface MixedWorkloadHistory {
+  readonly transactions: number;
+  readonly outcomes: { readonly commit: number; readonly abort: number; readonly unknown: number };
+  readonly valid: boolean;
+  readonly anomalyTypes: readonly string[];
+  readonly forbidden: readonly string[];
+  readonly dependencies: number;
+  readonly checkMs: number;
+  /** The first anomalies' explanations. */
+  readonly explanations: readonly string[];
 }
 
 /** One RSS sample of a process: `slot` is the worker slot (a respawn keeps its slot) or 'harness'. */
@@ -55,6 +72,8 @@ export interface MixedWorkloadResult {
   readonly faults: Readonly<Record<string, number>>;
   readonly retries: Readonly<Record<string, number>>;
   readonly unhandled: number;
+  /** Absent when the run recorded no history (`history: false`). */
+  readonly history: MixedWorkloadHistory | undefined;
   readonly rssSamples: readonly RssSample[];
   /** Everything a check found; empty when the run is clean. */
   readonly anomalies: readonly string[];

@@ -4,10 +4,17 @@
 // restart; the workers add statement timeouts themselves). Then it drains the queue, checks for leaks
 // (idle-in-transaction sessions, advisory locks, checked-out clients, unhandled rejections) and checks
 // the data (money conserved, no overlapping booking, each idempotent/singleRun/job effect exactly once).
+// It also records the history of the transfers, payments and singleRun reports (what each transaction
+// attempt read and wrote, and how it ended: history-journal.mjs) and checks it with checkHistory at
+// SERIALIZABLE with session order, what those patterns promise; `naive: true` runs the transfers
+// without the manager's protection (the naive control, which the checker must catch).
 //
 // Plain JavaScript on the BUILT package (dist/) so that both the vitest file
 // (test/reliability/mixed-workload.test.ts) and `npm run soak` (scripts/soak.mjs) run the same code.
 import { fork } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { z } from 'zod';
@@ -20,8 +27,9 @@ import {
   Queue,
   TxManager,
 } from '../../../dist/index.js';
-import { FaultProxy } from '../../../dist/testing/index.js';
+import { checkHistory, FaultProxy } from '../../../dist/testing/index.js';
 import { seededRandom } from '../../fixtures/seeded-random.mjs';
+import { readHistory } from './history-journal.mjs';
 
 const WORKER_SCRIPT = fileURLToPath(new URL('../../fixtures/reliability-worker.mjs', import.meta.url));
 const FAULT_KINDS = ['terminate', 'dropAll', 'stall', 'sigkill', 'restart'];
@@ -61,6 +69,10 @@ export const DEFAULTS = Object.freeze({
   reportEveryMs: 1_000,
   sampleEveryMs: 5_000,
   seed: 0,
+  /** Record the history of transfers, payments and singleRun reports and check it (checkHistory); 0/1 from the environment. */
+  history: true,
+  /** The naive control: transfers read with a plain SELECT at READ COMMITTED, no row lock, no retry. */
+  naive: false,
 });
 
 const ENV_NAMES = {
@@ -81,6 +93,7 @@ const ENV_NAMES = {
   faultMaxMs: 'RELIABILITY_FAULT_MAX_MS',
   sampleEveryMs: 'RELIABILITY_SAMPLE_EVERY_MS',
   seed: 'RELIABILITY_SEED',
+  history: 'RELIABILITY_HISTORY',
 };
 
 /** Options from `RELIABILITY_*` environment variables over `base` (numbers only). */
@@ -131,7 +144,8 @@ export async function runMixedWorkload(input) {
 
   // Schema: effect tables have no unique constraint, so a duplicated effect is visible to the checks.
   await pool.query(`CREATE SCHEMA ${S}`);
-  await pool.query(`CREATE TABLE ${S}.accounts (id int PRIMARY KEY, balance bigint NOT NULL)`);
+  // ver: a value of its own written by each update of the row (the history's register of the account)
+  await pool.query(`CREATE TABLE ${S}.accounts (id int PRIMARY KEY, balance bigint NOT NULL, ver text)`);
   await pool.query(`INSERT INTO ${S}.accounts SELECT g, $1 FROM generate_series(1, $2) g`, [
     INITIAL_BALANCE,
     o.accounts,
@@ -144,9 +158,11 @@ export async function runMixedWorkload(input) {
     `CREATE TABLE ${S}.bookings (id bigserial PRIMARY KEY, room int NOT NULL, during tstzrange NOT NULL, worker int)`,
   );
   await pool.query(
-    `CREATE TABLE ${S}.payments (id bigserial PRIMARY KEY, key text NOT NULL, amount int NOT NULL)`,
+    `CREATE TABLE ${S}.payments (id bigserial PRIMARY KEY, key text NOT NULL, amount int NOT NULL, token text)`,
   );
-  await pool.query(`CREATE TABLE ${S}.report_effects (key text NOT NULL, slot int NOT NULL)`);
+  await pool.query(
+    `CREATE TABLE ${S}.report_effects (id bigserial PRIMARY KEY, key text NOT NULL, slot int NOT NULL, token text)`,
+  );
   await pool.query(`CREATE TABLE ${S}.job_effects (n int NOT NULL, attempt int NOT NULL)`);
   await pool.query(`CREATE TABLE ${S}.audit_effects (transfer_id bigint NOT NULL)`);
   await pool.query(`CREATE TABLE ${S}.enqueued_chunks (first int PRIMARY KEY, count int NOT NULL)`);
@@ -168,6 +184,7 @@ export async function runMixedWorkload(input) {
   (await queue.migrate())._unsafeUnwrap();
 
   const proxy = await FaultProxy.start({ target: dbUrl });
+  const historyDir = o.history ? mkdtempSync(join(tmpdir(), 'pg-txkit-history-')) : undefined;
 
   // ---- workers -------------------------------------------------------------------------------------
   const totals = { ops: {}, retries: {}, jobOutcomes: {}, unhandled: 0, defects: [] };
@@ -219,6 +236,8 @@ export async function runMixedWorkload(input) {
       singleRunKeys: o.singleRunKeys,
       reportEveryMs: o.reportEveryMs,
       startDrained: phase !== 'run',
+      historyDir,
+      naive: o.naive,
     };
     const child = fork(WORKER_SCRIPT, [], {
       env: { ...process.env, RELIABILITY_CONFIG: JSON.stringify(config) },
@@ -377,10 +396,12 @@ export async function runMixedWorkload(input) {
     }
     await proxy.close().catch(() => {});
     await pool.end().catch(() => {});
+    if (historyDir) rmSync(historyDir, { recursive: true, force: true });
   };
   let workloadMs = 0;
   let totalMs = 0;
   let jobsRow;
+  let history;
   try {
     for (let slot = 0; slot < o.workers; slot++) spawn(slot);
     let nextSample = started;
@@ -581,6 +602,30 @@ export async function runMixedWorkload(input) {
       `SELECT (SELECT count(*) FROM ${S}_q.jobs_archive)::int AS done, (SELECT count(*) FROM ${S}_q.jobs WHERE state = 'dead')::int AS dead,
             (SELECT count(*) FROM ${S}.transfers)::int AS transfers`,
     );
+    // ---- the history: read the workers' journals, check it at what the patterns promise ----------------
+    if (historyDir) {
+      const checkStarted = Date.now();
+      const recorded = readHistory(historyDir);
+      rmSync(historyDir, { recursive: true, force: true });
+      const check = checkHistory(recorded, { model: 'serializable', processOrder: true });
+      const outcomes = { commit: 0, abort: 0, unknown: 0 };
+      for (const t of recorded.transactions) outcomes[t.outcome]++;
+      history = {
+        transactions: recorded.transactions.length,
+        outcomes,
+        valid: check.valid,
+        anomalyTypes: check.anomalyTypes,
+        forbidden: check.forbidden,
+        dependencies: check.dependencies,
+        checkMs: Date.now() - checkStarted,
+        explanations: check.anomalies.slice(0, 3).map((a) => a.explanation),
+      };
+      if (!check.valid) {
+        anomalies.push(
+          `history not serializable: ${check.forbidden.join(', ')}; ${history.explanations.join(' | ').slice(0, 1500)}`,
+        );
+      }
+    }
   } catch (error) {
     await abort();
     throw error;
@@ -614,6 +659,7 @@ export async function runMixedWorkload(input) {
     faults,
     retries: totals.retries,
     unhandled: totals.unhandled,
+    history,
     rssSamples,
     anomalies,
   };
@@ -625,6 +671,11 @@ export async function runMixedWorkload(input) {
   result.summary =
     `reliability seed=${o.seed} workers=${o.workers} ${Math.round(totalMs / 1000)}s: ` +
     `operations ${operations} (${fmt(opsByKind)}); jobs ${jobsRow.done} done + ${jobsRow.dead} dead; ` +
-    `faults (${fmt(faults)}); retries by code (${fmt(totals.retries)}); anomalies found = ${anomalies.length}`;
+    `faults (${fmt(faults)}); retries by code (${fmt(totals.retries)}); ` +
+    (history
+      ? `history ${history.transactions} transactions (${fmt(history.outcomes)}), ${history.dependencies} dependencies, ` +
+        `${history.valid ? 'serializable' : `NOT serializable: ${history.forbidden.join(', ')}`} (checked in ${history.checkMs} ms); `
+      : '') +
+    `anomalies found = ${anomalies.length}`;
   return result;
 }
