@@ -406,10 +406,7 @@ export class HandlerRunner {
     }
     for (const d of due) {
       if (r.value.has(d.job.id)) d.lastExtendAt = now;
-      else if (d.why !== undefined)
-        d.why = 'lost'; // timed out or stopping: its signal is aborted already; nothing to write
-      else if (!d.completedInTx && this.#running.has(d.job.id))
-        this.#abort(d, 'lost', new LeaseLost(d.job.id));
+      else if (!d.completedInTx && this.#running.has(d.job.id)) this.#lost(d);
     }
     return ok(dropped);
   }
@@ -563,8 +560,15 @@ export class HandlerRunner {
     else this.#settle(running, running.why === 'timeout' ? running.reason : error);
   }
 
-  /** The run's ProgressWriter lost the job's lease: the run is aborted as lost. */
-  readonly #lost = (running: Running): void => this.#abort(running, 'lost', new LeaseLost(running.job.id));
+  /**
+   * The heartbeat or the run's ProgressWriter found the job's lease lost: the run is aborted as lost. One
+   * past its timeout or aborted by a stopping worker has its signal aborted already and still waits for its
+   * handler: it ends lost when the handler returns, nothing written.
+   */
+  readonly #lost = (running: Running): void => {
+    if (running.why === undefined) this.#abort(running, 'lost', new LeaseLost(running.job.id));
+    else if (holdsJob(running.why)) running.why = 'lost';
+  };
 
   /** Writes the run's completion or failure (batched, fenced). */
   #settle(running: Running, error: unknown): void {
