@@ -30,7 +30,10 @@ export type RunnerStore = Pick<SettleStore, 'completeWithin'> &
   ProgressStore &
   Pick<QueueSettings, 'pool' | 'txManager' | 'telemetry' | 'schemaOf'>;
 
-/** Thrown into a handler's signal when it runs past `handlerTimeout`. */
+/**
+ * The reason of a handler's signal when it runs past `handlerTimeout`, and the error its attempt fails with
+ * once the handler returns.
+ */
 export class HandlerTimeoutError extends Error {
   constructor(readonly ms: number) {
     super(`handler timed out after ${ms} ms`);
@@ -213,9 +216,8 @@ class RunContext implements JobContext {
  * stops waiting for it; a timeout or a stopping worker's abort waits for the handler to return, its job
  * leased and its slot taken meanwhile (a handler that ignores its signal must not run alongside the
  * job's next attempt), until it returns or a stopping worker gives up on it ({@link HandlerRunner.abandon}).
- * A run's
- * `ctx.progress` reports go through its own {@link ProgressWriter}; the last one is written before the
- * settle.
+ * A run's `ctx.progress` reports go through its own {@link ProgressWriter}; the last one is written before
+ * the settle.
  *
  * @example
  * const runner = new HandlerRunner(queue, batcher, { handlers, leaseMs: 30_000, handlerTimeout: undefined, hooks: undefined, progressIntervalMs: 1000 }, events);
