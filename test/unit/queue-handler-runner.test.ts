@@ -8,6 +8,7 @@ import type { Job } from '../../src/queue/job.js';
 import {
   type BufferedJob,
   HandlerRunner,
+  type RunnerSettings,
   type RunnerStore,
   type Running,
 } from '../../src/queue/worker/handler-runner.js';
@@ -33,9 +34,11 @@ function runner(work: JobHandler<unknown>, leased: Set<string>) {
     },
     writeProgress: () => okAsync(undefined),
     completeWithin: async () => true,
+  } as unknown as RunnerStore;
+  const settings = {
     telemetry: new QueueTelemetry(undefined, undefined, 'q'),
     schemaOf: () => undefined,
-  } as unknown as RunnerStore;
+  } as unknown as RunnerSettings;
   // The settles the runner asks for, written at once.
   const batcher = {
     complete: (j: Job, running: Running, then: (o: unknown, r: Running) => void) => {
@@ -49,6 +52,7 @@ function runner(work: JobHandler<unknown>, leased: Set<string>) {
   } as unknown as SettleBatcher<Running>;
   const r = new HandlerRunner(
     store,
+    settings,
     batcher,
     {
       handlers: { work },
