@@ -1,5 +1,6 @@
 import type pg from 'pg';
 import {
+  type ClassifyRules,
   CommitOutcomeUnknown,
   ConnectionLost,
   classify,
@@ -228,16 +229,27 @@ export class TxAttempt {
   failureOf(error: unknown): DatabaseFailure | undefined {
     // A usage error is a defect, also when a query of this attempt threw it.
     if (error instanceof TxUsageError) return undefined;
-    return classifyOrRethrow(error, {
-      raisedByDriver: this.#driverErrors,
-      replacing: () => {
-        const recorded = this.#lastFailure;
-        const doomed = this.#doom === recorded || this.#lastQueryFailed || this.aborted;
-        return recorded !== undefined && doomed ? recorded : undefined;
-      },
-      otherwise: () => undefined,
-    });
+    return classifyOrRethrow(error, { ...this.#rules, otherwise: () => undefined });
   }
+
+  /**
+   * {@link failureOf}, or `error` rethrown unchanged when it stands for no database failure: for the
+   * manager's own statements inside the transaction (SAVEPOINT, RELEASE SAVEPOINT).
+   */
+  failureOrRethrow(error: unknown): DatabaseFailure {
+    if (error instanceof TxUsageError) throw error;
+    return classifyOrRethrow(error, this.#rules);
+  }
+
+  /** The transaction's rules of the one classify-or-rethrow (see {@link failureOf}). */
+  readonly #rules: ClassifyRules<never> = {
+    raisedByDriver: this.#driverErrors,
+    replacing: () => {
+      const recorded = this.#lastFailure;
+      const doomed = this.#doom === recorded || this.#lastQueryFailed || this.aborted;
+      return recorded !== undefined && doomed ? recorded : undefined;
+    },
+  };
 
   /** The failure that ended a broken connection (the server's reason when it gave one). */
   brokenFailure(): DatabaseFailure {
