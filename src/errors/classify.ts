@@ -184,7 +184,7 @@ const CAUSE_DEPTH = 8;
 
 /**
  * What {@link classifyOrRethrow} takes for a database failure, and what it does with anything else.
- * Both rules are optional; each is one of the deliberate differences between its callers.
+ * Every rule is optional; each is one of the deliberate differences between its callers.
  */
 export interface ClassifyRules<E> {
   /**
