@@ -6,6 +6,7 @@ import { backendPid, detectTransactionPooler } from '../capabilities/detect-tran
 import {
   ConnectionLost,
   classify,
+  classifyOrRethrow,
   type DatabaseFailure,
   type InvalidOptions,
   LeaseLost,
@@ -430,9 +431,7 @@ async function connect(config: pg.ClientConfig): Promise<pg.Client> {
 }
 
 function failure(error: unknown): SessionLockError {
-  const classified = classify(error);
-  if (classified) return classified;
-  throw error; // not a database failure: a defect
+  return classifyOrRethrow(error);
 }
 
 async function acquire(

@@ -4,6 +4,7 @@ import {
   type CapabilityName,
   ConnectionLost,
   classify,
+  classifyOrRethrow,
   type DatabaseFailure,
   isConnectionError,
   looksLikeDatabaseError,
@@ -351,8 +352,6 @@ export async function capabilities(
   try {
     return ok(await detect(target, CONNECT_TIMEOUT_MS));
   } catch (error) {
-    const failure = classify(error);
-    if (failure === undefined) throw error; // not a database failure: a defect
-    return err(failure);
+    return err(classifyOrRethrow(error));
   }
 }

@@ -1,11 +1,10 @@
 import { err, ok, type Result, ResultAsync } from 'neverthrow';
 import { z } from 'zod/v4';
 import { findLeakedAdvisoryLocks } from '../advisory/find-leaked-advisory-locks.js';
-import { type DatabaseFailure, InvalidOptions } from '../errors/index.js';
+import { classifyOrRethrow, type DatabaseFailure, InvalidOptions } from '../errors/index.js';
 import { durationSchema } from '../tx/duration.js';
 import type { Queryable } from '../tx/types.js';
 import { type BlockingNode, buildBlockingForest, queuedBehind } from './blocking-forest.js';
-import { toDatabaseFailure } from './db-failure.js';
 import { redactQuery, truncateQuery } from './redact-query.js';
 import type { LockWait, SessionInfo } from './session.js';
 
@@ -313,7 +312,7 @@ async function take(pool: Queryable, options: ParsedOptions): Promise<Result<Loc
       ),
     );
   } catch (error) {
-    return err(toDatabaseFailure(error));
+    return err(classifyOrRethrow(error));
   }
   return ok(assemble(identity, sessionRows, advisoryRows, leaked, options));
 }

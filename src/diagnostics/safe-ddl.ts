@@ -2,6 +2,7 @@ import { err, ok, type Result, ResultAsync } from 'neverthrow';
 import pg from 'pg';
 import { z } from 'zod/v4';
 import {
+  classifyOrRethrow,
   type DatabaseFailure,
   InvalidOptions,
   parseOptions,
@@ -11,7 +12,6 @@ import {
 import { timeoutSchema } from '../tx/duration.js';
 import { withRetry } from '../tx/retry.js';
 import { isRetryable, type RetryableKind } from '../tx/retryable.js';
-import { toDatabaseFailure } from './db-failure.js';
 import { inspectDdl, unquoteIdentifier } from './ddl-statement.js';
 
 /** One attempt of {@link safeDdl}. */
@@ -236,7 +236,7 @@ async function runInTransaction(pool: pg.Pool, sql: string, options: Parsed): Pr
   try {
     client = await checkout(pool);
   } catch (error) {
-    return { result: err(toDatabaseFailure(error)), dropped: null };
+    return { result: err(classifyOrRethrow(error)), dropped: null };
   }
   const statement =
     options.statementTimeout === undefined
@@ -252,7 +252,7 @@ async function runInTransaction(pool: pg.Pool, sql: string, options: Parsed): Pr
     release(client);
     return { result: ok(undefined), dropped: null };
   } catch (error) {
-    const failure = toDatabaseFailure(error);
+    const failure = classifyOrRethrow(error);
     try {
       // Ends the failed transaction and releases whatever it had locked.
       await client.query('ROLLBACK');
@@ -282,7 +282,7 @@ async function runOutside(
   try {
     client = await checkout(pool);
   } catch (error) {
-    return { result: err(toDatabaseFailure(error)), dropped: null };
+    return { result: err(classifyOrRethrow(error)), dropped: null };
   }
   let dropped: string | null = null;
   let result: Result<void, DatabaseFailure>;
@@ -309,7 +309,7 @@ async function runOutside(
     await client.query(sql);
     result = ok(undefined);
   } catch (error) {
-    result = err(toDatabaseFailure(error));
+    result = err(classifyOrRethrow(error));
   }
   if (previous === undefined) {
     // The settings were never read: nothing of ours was set, but the connection may be the failure.

@@ -1,9 +1,8 @@
 import { err, ok, type Result, ResultAsync } from 'neverthrow';
 import { z } from 'zod/v4';
-import { type DatabaseFailure, InvalidOptions, NotFound } from '../errors/index.js';
+import { classifyOrRethrow, type DatabaseFailure, InvalidOptions, NotFound } from '../errors/index.js';
 import { durationSchema } from '../tx/duration.js';
 import type { Queryable } from '../tx/types.js';
-import { toDatabaseFailure } from './db-failure.js';
 
 /** What a cancel or terminate did. */
 export interface SignalResult {
@@ -107,6 +106,6 @@ async function run(
     const result = await pool.query<{ signalled: boolean }>(sql, [pid, ...extra]);
     return ok({ pid, signalled: result.rows[0]?.signalled === true });
   } catch (error) {
-    return err(toDatabaseFailure(error));
+    return err(classifyOrRethrow(error));
   }
 }

@@ -178,3 +178,82 @@ const DATABASE_KINDS: ReadonlySet<string> = new Set([
 function isDatabaseFailure(error: TxKitError): error is DatabaseFailure {
   return DATABASE_KINDS.has(error.kind);
 }
+
+/** How many `cause` links {@link classifyOrRethrow} follows from a thrown error to one the driver raised. */
+const CAUSE_DEPTH = 8;
+
+/**
+ * What {@link classifyOrRethrow} takes for a database failure, and what it does with anything else.
+ * Every rule is optional; each is one of the deliberate differences between its callers.
+ */
+export interface ClassifyRules<E> {
+  /**
+   * The errors pg raised for the queries in question, told by identity (the transaction's rule, for an
+   * error that passed through a user's callback). Given, only these are database failures: pg-txkit's
+   * own database failures, pg's `DatabaseError` (by {@link looksLikeDatabaseError}), and an error of
+   * this set — also when a query builder wrapped it: the `cause` chain is followed (at most 8 links, a
+   * cycle stops it). A socket error the callback's HTTP client raised, a plain object with a SQLSTATE-like
+   * `code`, a wrapper around another connection's error are not.
+   *
+   * Left out: the error came straight from the driver (a query's or a `connect()`'s rejection), and
+   * whatever {@link classify} recognises is a database failure (a socket error, pg's "Connection
+   * terminated", pg-pool's connect timeout …).
+   */
+  readonly raisedByDriver?: { has(error: object): boolean } | undefined;
+  /**
+   * With `raisedByDriver`: the failure an error that is none of these stands for, when one does (an
+   * object that is not pg-txkit's own, e.g. a builder's error that REPLACES pg's without a `cause`, when
+   * the transaction cannot commit because of the last driver error it saw). `undefined`: none.
+   */
+  readonly replacing?: (() => DatabaseFailure | undefined) | undefined;
+  /**
+   * What to answer, as a value, with an error that is not a database failure. Left out, that error is
+   * rethrown unchanged (a defect must propagate).
+   */
+  readonly otherwise?: ((error: unknown) => E) | undefined;
+}
+
+/**
+ * THE classify-or-rethrow: the {@link DatabaseFailure} `error` stands for, or — for anything else —
+ * `rules.otherwise(error)`, or, without `otherwise`, `error` itself rethrown unchanged. Only the
+ * driver's errors are database errors: see {@link ClassifyRules} for what counts as the driver's.
+ *
+ * @example
+ * try {
+ *   await pool.query('INSERT INTO users (email) VALUES ($1)', [email]);
+ * } catch (e) {
+ *   return err(classifyOrRethrow(e)); // a UniqueViolation …; a TypeError rethrown as it was
+ * }
+ */
+export function classifyOrRethrow(error: unknown): DatabaseFailure;
+export function classifyOrRethrow<E = never>(error: unknown, rules: ClassifyRules<E>): DatabaseFailure | E;
+export function classifyOrRethrow<E>(error: unknown, rules: ClassifyRules<E> = {}): DatabaseFailure | E {
+  const failure =
+    rules.raisedByDriver === undefined
+      ? classify(error)
+      : driversFailure(error, rules.raisedByDriver, rules.replacing);
+  if (failure !== undefined) return failure;
+  if (rules.otherwise === undefined) throw error;
+  return rules.otherwise(error);
+}
+
+/** {@link ClassifyRules.raisedByDriver}'s rule: the failure of an error that passed through a callback. */
+function driversFailure(
+  error: unknown,
+  raisedByDriver: { has(error: object): boolean },
+  replacing: (() => DatabaseFailure | undefined) | undefined,
+): DatabaseFailure | undefined {
+  // pg-txkit's own errors decide by their kind alone; a thrown non-object is a user's value.
+  if (error instanceof TxKitError) return classify(error);
+  if (typeof error !== 'object' || error === null) return undefined;
+  if (looksLikeDatabaseError(error)) return classify(error);
+  const seen = new Set<object>();
+  let link: unknown = error;
+  for (let depth = 0; depth <= CAUSE_DEPTH && typeof link === 'object' && link !== null; depth++) {
+    if (seen.has(link)) break;
+    seen.add(link);
+    if (raisedByDriver.has(link)) return classify(link);
+    link = (link as { cause?: unknown }).cause;
+  }
+  return replacing?.();
+}

@@ -1,10 +1,9 @@
 import { randomBytes } from 'node:crypto';
-import { err, errAsync, ok, okAsync, type Result, ResultAsync } from 'neverthrow';
+import { err, errAsync, ok, okAsync, type Result, type ResultAsync } from 'neverthrow';
 import type pg from 'pg';
 import { z } from 'zod/v4';
 import { extensionProblem, extensionStatus } from '../capabilities/extension-status.js';
 import {
-  classify,
   type DatabaseFailure,
   type DeadlockDetected,
   type InvalidOptions,
@@ -15,7 +14,7 @@ import {
 import type { Db, Queryable } from '../tx/types.js';
 import { parseOptions } from './parse-options.js';
 import { runMigration } from './run-migration.js';
-import { checkInTransaction, runQuery } from './run-query.js';
+import { asResult, checkInTransaction, runQuery } from './run-query.js';
 import {
   columnNameSchema,
   columnValuesSchema,
@@ -166,11 +165,7 @@ export class Bookings {
     // Start-up check (one catalog read, no lock): btree_gist installed, or this role may install it.
     // Else a typed error that names the extension and the fix, instead of CREATE EXTENSION's raw
     // 42501 / 58P01 halfway through the migration.
-    const checked = ResultAsync.fromPromise(extensionStatus(pool, 'btree_gist'), (error) => {
-      const failure = classify(error);
-      if (failure === undefined) throw error;
-      return failure;
-    }).andThen((status) => {
+    const checked = asResult(extensionStatus(pool, 'btree_gist')).andThen((status) => {
       const problem = extensionProblem('btree_gist', status);
       return problem === undefined ? okAsync(undefined) : errAsync(new Unsupported('btreeGist', problem));
     });
@@ -415,10 +410,6 @@ export class Bookings {
     };
     // A failure outside the statement itself (SAVEPOINT in an aborted transaction, a lost connection) is
     // classified too; anything else is a defect and rejects.
-    return ResultAsync.fromPromise(loop(), (error) => {
-      const failure = classify(error);
-      if (failure === undefined) throw error;
-      return failure;
-    }).andThen((r) => r);
+    return asResult(loop()).andThen((r) => r);
   }
 }

@@ -1,6 +1,6 @@
 import { err, ok, ResultAsync } from 'neverthrow';
 import type pg from 'pg';
-import { classify, type DatabaseFailure } from '../errors/index.js';
+import { classifyOrRethrow, type DatabaseFailure } from '../errors/index.js';
 import { type Db, inTransaction, type Queryable } from '../tx/types.js';
 
 /**
@@ -21,7 +21,7 @@ export function runQuery<R extends pg.QueryResultRow = Record<string, unknown>>(
 /**
  * A driver promise as a value: a database failure is an `Err`, anything else (a defect) rejects
  * unchanged — unless the caller names what else it answers with as a value (`otherwise`: the queue's
- * `migrate()`, whose own refusal is an error of its own). The one classify-or-rethrow of the statements
+ * `migrate()`, whose own refusal is an error of its own). {@link classifyOrRethrow} for the statements
  * the patterns and the queue run.
  *
  * @example
@@ -34,12 +34,7 @@ export function asResult<T, E = never>(
   return new ResultAsync(
     promise.then(
       (value) => ok(value),
-      (error: unknown) => {
-        const failure = classify(error);
-        if (failure !== undefined) return err(failure);
-        if (otherwise === undefined) throw error;
-        return err(otherwise(error));
-      },
+      (error: unknown) => err(classifyOrRethrow(error, { otherwise })),
     ),
   );
 }

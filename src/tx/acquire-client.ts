@@ -1,6 +1,6 @@
 import { err, ok, type Result } from 'neverthrow';
 import type pg from 'pg';
-import { classify, type DatabaseFailure, PoolExhausted } from '../errors/index.js';
+import { classifyOrRethrow, type DatabaseFailure, PoolExhausted } from '../errors/index.js';
 
 /** How {@link acquireClient} waits. */
 export interface AcquireOptions {
@@ -49,11 +49,7 @@ export async function acquireClient(
     // No timeout of ours: the pool's own wait (one promise, no timer).
     return connect().then(
       (client) => ok(client),
-      (error: unknown) => {
-        const failure = classify(error);
-        if (failure === undefined) throw error;
-        return err(failure);
-      },
+      (error: unknown) => err(classifyOrRethrow(error)),
     );
   }
   try {
@@ -80,9 +76,7 @@ export async function acquireClient(
       clearTimeout(timer);
     }
   } catch (error) {
-    if (error instanceof PoolExhausted) return err(error);
-    const failure = classify(error);
-    if (failure === undefined) throw error;
-    return err(failure);
+    // Our own PoolExhausted (the timeout above) is a database failure already: it comes back as it is.
+    return err(classifyOrRethrow(error));
   }
 }

@@ -1,13 +1,14 @@
 import type pg from 'pg';
 import {
+  type ClassifyRules,
   CommitOutcomeUnknown,
   ConnectionLost,
   classify,
+  classifyOrRethrow,
   type DatabaseFailure,
   DbError,
   isConnectionError,
-  looksLikeDatabaseError,
-  TxKitError,
+  type TxKitError,
 } from '../errors/index.js';
 import {
   type FirstFlightClass,
@@ -25,9 +26,6 @@ import type { AfterCommit } from './types.js';
 
 /** SQLSTATE 25P02 in_failed_sql_transaction: "current transaction is aborted, commands ignored …". */
 const IN_FAILED_TRANSACTION = '25P02';
-
-/** How many `cause` links {@link TxAttempt.failureOf} follows from a thrown error to a driver error. */
-const CAUSE_DEPTH = 8;
 
 /** pg's messages for a query it refused to send (the client already knew its connection was dead). */
 const NOT_SENT = [
@@ -215,11 +213,11 @@ export class TxAttempt {
   }
 
   /**
-   * The database failure `error` stands for, when it is one — the ONE place an error a callback or a
-   * query threw is classified or left to be rethrown unchanged:
+   * The database failure `error` stands for, when it is one — the transaction's rules for an error a
+   * callback or a query threw, through the one classify-or-rethrow ({@link classifyOrRethrow}):
    * - pg-txkit's own database error, or (structurally) pg's DatabaseError;
    * - an error pg raised for this attempt's queries, found by identity, also when a query builder
-   *   wrapped it: the `cause` chain is followed (at most {@link CAUSE_DEPTH} links, cycles stop it);
+   *   wrapped it: the `cause` chain is followed (at most 8 links, cycles stop it);
    * - an error that REPLACES pg's (a builder that converts it, as Prisma does, without a cause), when
    *   the transaction cannot commit because of the last driver error this attempt's queries raised:
    *   the last query failed and none has succeeded since (the server aborted the transaction; status
@@ -229,23 +227,29 @@ export class TxAttempt {
    * another connection's error — is not, and `undefined` comes back.
    */
   failureOf(error: unknown): DatabaseFailure | undefined {
-    if (error instanceof TxKitError) return classify(error);
-    if (typeof error !== 'object' || error === null || error instanceof TxUsageError) return undefined;
-    if (looksLikeDatabaseError(error)) return classify(error);
-    const seen = new Set<object>();
-    let link: unknown = error;
-    for (let depth = 0; depth <= CAUSE_DEPTH && typeof link === 'object' && link !== null; depth++) {
-      if (seen.has(link)) break;
-      seen.add(link);
-      if (this.#driverErrors.has(link)) return classify(link);
-      link = (link as { cause?: unknown }).cause;
-    }
-    const recorded = this.#lastFailure;
-    if (recorded !== undefined && (this.#doom === recorded || this.#lastQueryFailed || this.aborted)) {
-      return recorded;
-    }
-    return undefined;
+    // A usage error is a defect, also when a query of this attempt threw it.
+    if (error instanceof TxUsageError) return undefined;
+    return classifyOrRethrow(error, { ...this.#rules, otherwise: () => undefined });
   }
+
+  /**
+   * {@link failureOf}, or `error` rethrown unchanged when it stands for no database failure: for the
+   * manager's own statements inside the transaction (SAVEPOINT, RELEASE SAVEPOINT).
+   */
+  failureOrRethrow(error: unknown): DatabaseFailure {
+    if (error instanceof TxUsageError) throw error;
+    return classifyOrRethrow(error, this.#rules);
+  }
+
+  /** The transaction's rules of the one classify-or-rethrow (see {@link failureOf}). */
+  readonly #rules: ClassifyRules<never> = {
+    raisedByDriver: this.#driverErrors,
+    replacing: () => {
+      const recorded = this.#lastFailure;
+      const doomed = this.#doom === recorded || this.#lastQueryFailed || this.aborted;
+      return recorded !== undefined && doomed ? recorded : undefined;
+    },
+  };
 
   /** The failure that ended a broken connection (the server's reason when it gave one). */
   brokenFailure(): DatabaseFailure {

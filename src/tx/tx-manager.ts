@@ -481,8 +481,7 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
         await state.internal(`SAVEPOINT ${savepoint}`);
       } catch (error) {
         state.closeSavepoint(child);
-        const failure = state.failureOf(error);
-        if (failure === undefined) throw error;
+        const failure = state.failureOrRethrow(error);
         state.doomWith(failure);
         return err(failure);
       }
@@ -496,8 +495,7 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
           parent.adopt(child);
           return ok(outcome.value);
         } catch (error) {
-          const failure = state.failureOf(error);
-          if (failure === undefined) throw error;
+          const failure = state.failureOrRethrow(error);
           state.doomWith(failure);
           return err(failure);
         }

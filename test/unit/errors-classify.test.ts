@@ -1,7 +1,11 @@
 import { describe, expect, it } from 'vitest';
 import {
+  type ClassifyRules,
   ConditionFailed,
+  ConnectionLost,
   classify,
+  classifyOrRethrow,
+  type DatabaseFailure,
   DbError,
   isConnectionError,
   looksLikeDatabaseError,
@@ -141,5 +145,123 @@ describe('classify', () => {
   it('passes an already classified database failure through unchanged', () => {
     const failure = new SerializationFailure();
     expect(classify(failure)).toBe(failure);
+  });
+});
+
+/** pg's DatabaseError exactly as node-postgres builds it (the protocol fields included). */
+function pgError(code: string, message = `error ${code}`): Error {
+  return Object.assign(new Error(message), { severity: 'ERROR', code, length: 90, routine: 'r' });
+}
+
+/** A query builder's error around pg's, as Kysely, drizzle and Knex users see it. */
+function wrapped(inner: unknown, links = 1): Error {
+  let error = inner;
+  for (let i = 0; i < links; i++) error = new Error(`Failed query (${i})`, { cause: error });
+  return error as Error;
+}
+
+const socketError = Object.assign(new Error('read ECONNRESET'), { code: 'ECONNRESET' });
+const lookAlike = Object.assign(new Error('my own 40001'), { code: '40001' });
+const defect = new TypeError('x is not a function');
+const serialization = pgError('40001');
+const unique = pgError('23505');
+const own = new ConnectionLost(undefined, socketError);
+const recorded = new SerializationFailure(serialization);
+const loop: Error & { cause?: unknown } = new Error('cyclic');
+loop.cause = wrapped(loop);
+
+/** The errors pg raised for "this attempt's queries" in the rows that use the transaction's rule. */
+const raised = new Set<object>([serialization, unique, socketError]);
+const txRules: ClassifyRules<never> = { raisedByDriver: raised };
+
+type Expected =
+  | { readonly kind: DatabaseFailure['kind']; readonly cause?: unknown; readonly same?: DatabaseFailure }
+  | 'rethrown';
+
+describe('classifyOrRethrow', () => {
+  const rows: [string, unknown, ClassifyRules<never> | undefined, Expected][] = [
+    // Straight from the driver (a query's or connect()'s rejection): whatever classify recognises.
+    ['driver error with its SQLSTATE', unique, undefined, { kind: 'UniqueViolation', cause: unique }],
+    ['socket error of a query', socketError, undefined, { kind: 'ConnectionLost', cause: socketError }],
+    ['a TypeError (a defect)', defect, undefined, 'rethrown'],
+    ['a thrown string', 'boom', undefined, 'rethrown'],
+    ["pg-txkit's own database failure", own, undefined, { kind: 'ConnectionLost', same: own }],
+    ["pg-txkit's error of another kind", new ConditionFailed(), undefined, 'rethrown'],
+    ['a wrapper without fields of its own', wrapped(unique), undefined, 'rethrown'],
+    // Through a user's callback: the transaction's rule (only what pg raised for these queries).
+    [
+      'driver error of these queries',
+      serialization,
+      txRules,
+      { kind: 'SerializationFailure', cause: serialization },
+    ],
+    ["pg's DatabaseError of another connection", pgError('23503'), txRules, { kind: 'ForeignKeyViolation' }],
+    [
+      'builder-wrapped driver error (cause)',
+      wrapped(unique),
+      txRules,
+      { kind: 'UniqueViolation', cause: unique },
+    ],
+    [
+      'builder-wrapped socket error of these queries',
+      wrapped(socketError),
+      txRules,
+      { kind: 'ConnectionLost' },
+    ],
+    ['wrapped 8 links deep', wrapped(serialization, 8), txRules, { kind: 'SerializationFailure' }],
+    ['wrapped 9 links deep (past the limit)', wrapped(serialization, 9), txRules, 'rethrown'],
+    ['a cause chain that loops', loop, txRules, 'rethrown'],
+    ["a wrapper around another connection's error", wrapped(pgError('40001')), txRules, 'rethrown'],
+    [
+      "the callback's own socket error",
+      Object.assign(new Error('read ECONNRESET'), { code: 'ECONNRESET' }),
+      txRules,
+      'rethrown',
+    ],
+    ['a plain error with a SQLSTATE-like code', lookAlike, txRules, 'rethrown'],
+    ['a TypeError (a defect) in a callback', defect, txRules, 'rethrown'],
+    ["pg-txkit's own database failure in a callback", own, txRules, { kind: 'ConnectionLost', same: own }],
+  ];
+
+  it.each(rows)('%s', (_, error, rules, expected) => {
+    const run = () => (rules === undefined ? classifyOrRethrow(error) : classifyOrRethrow(error, rules));
+    if (expected === 'rethrown') {
+      let thrown: unknown;
+      try {
+        run();
+      } catch (e) {
+        thrown = e;
+      }
+      expect(thrown).toBe(error);
+      return;
+    }
+    const failure = run();
+    expect(failure.kind).toBe(expected.kind);
+    if (expected.cause !== undefined) expect(failure.cause).toBe(expected.cause);
+    if (expected.same !== undefined) expect(failure).toBe(expected.same);
+  });
+
+  it('answers with `otherwise` instead of rethrowing, and only for what is not a database failure', () => {
+    const otherwise = (error: unknown) => ({ notDatabase: error });
+    expect(classifyOrRethrow(defect, { otherwise })).toEqual({ notDatabase: defect });
+    expect(classifyOrRethrow(lookAlike, { raisedByDriver: raised, otherwise })).toEqual({
+      notDatabase: lookAlike,
+    });
+    expect(classifyOrRethrow(unique, { otherwise })).toMatchObject({ kind: 'UniqueViolation' });
+  });
+
+  it("takes the failure an error replaces only for an object that is not pg-txkit's own", () => {
+    const rules = { raisedByDriver: raised, replacing: () => recorded, otherwise: () => undefined };
+    // A builder that converts pg's error without a cause (as Prisma does): the recorded failure decides.
+    expect(classifyOrRethrow(new Error('Invalid `prisma.user.create()` invocation'), rules)).toBe(recorded);
+    // pg-txkit's own errors decide by their kind alone; a thrown string is the user's value.
+    expect(classifyOrRethrow(new ConditionFailed(), rules)).toBeUndefined();
+    expect(classifyOrRethrow('boom', rules)).toBeUndefined();
+    // A driver error of these queries is itself, not the recorded one.
+    expect(classifyOrRethrow(wrapped(unique), rules)?.kind).toBe('UniqueViolation');
+    // Without the transaction's rule, nothing is replaced: a lenient classify decides.
+    expect(() => classifyOrRethrow(new Error('converted'), { replacing: () => recorded })).toThrow(
+      'converted',
+    );
   });
 });
