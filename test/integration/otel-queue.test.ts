@@ -2,6 +2,7 @@ import * as api from '@opentelemetry/api';
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod/v4';
 import { Queue, TxManager } from '../../src/index.js';
+import { gate } from '../../src/testing/gate.js';
 import { registerOtel } from '../fixtures/otel-sdk.js';
 import { eventually } from '../fixtures/queue-helpers.js';
 import { setNextRun } from '../fixtures/schedule-helpers.js';
@@ -73,6 +74,57 @@ describe('OpenTelemetry spans of the queue', () => {
     const processed = await otel.collect('pg_txkit.queue.jobs.processed');
     expect(processed.find((p) => p.attributes['pg_txkit.job.outcome'] === 'completed')?.value).toBe(1);
     expect(processed.find((p) => p.attributes['pg_txkit.job.outcome'] === 'failed')?.value).toBe(1);
+  });
+
+  it('a handler past handlerTimeout that ignores its signal: its span and the processed counter report the timeout when it returns', async () => {
+    const queue = new Queue({
+      pool,
+      txManager: new TxManager(pool),
+      schema: 'otel_q_timeout',
+      tasks: { slow: z.object({}) },
+      backoff: { baseMs: 0, capMs: 0 },
+    });
+    (await queue.migrate())._unsafeUnwrap();
+    otel.reset();
+    (await queue.enqueue(pool, 'slow', {}, { maxAttempts: 1 }))._unsafeUnwrap();
+    const g = gate();
+    const worker = queue.work(
+      {
+        slow: async (_job, { signal }) => {
+          signal.addEventListener('abort', () => void g.at('aborted'), { once: true });
+          await g.at('third-party call'); // takes no signal
+        },
+      },
+      { handlerTimeout: 30 },
+    );
+    const slow = (points: { attributes: Record<string, unknown> }[]) =>
+      points.filter((p) => p.attributes['messaging.destination.name'] === 'slow');
+    try {
+      await g.reached('aborted');
+      // Timed out, still running: it holds its slot, its span is open and nothing is counted yet.
+      expect(worker.active).toBe(1);
+      expect(otel.spans().filter((s) => s.name === 'process slow')).toEqual([]);
+      expect(slow(await otel.collect('pg_txkit.queue.jobs.processed'))).toEqual([]);
+      g.open('third-party call');
+      await eventually(() => worker.counters.dead === 1);
+    } finally {
+      g.open('third-party call');
+      await worker.stop();
+    }
+    const [span] = otel.spans().filter((s) => s.name === 'process slow');
+    expect(span?.attributes['pg_txkit.job.outcome']).toBe('dead');
+    expect(span?.attributes['error.type']).toBe('HandlerTimeout');
+    expect(span?.status.code).toBe(api.SpanStatusCode.ERROR);
+    expect(slow(await otel.collect('pg_txkit.queue.jobs.processed'))).toEqual([
+      {
+        attributes: {
+          'messaging.destination.name': 'slow',
+          'pg_txkit.job.outcome': 'dead',
+          'error.type': 'HandlerTimeout',
+        },
+        value: 1,
+      },
+    ]);
   });
 
   it('enqueueMany stores one trace context for the batch', async () => {

@@ -349,21 +349,192 @@ describe('worker', () => {
     expect(worker.active).toBe(0);
   });
 
-  it('a handler past handlerTimeout is aborted and its job failed', async () => {
+  it('a handler past handlerTimeout is aborted and its attempt fails with the timeout, whatever it throws on its abort', async () => {
     const queue = await freshQueue();
     const job = (await queue.enqueue(pool, 'work', { n: 1 }, { maxAttempts: 1 }))._unsafeUnwrap();
     const rec = recorder();
-    // The handler ignores its signal: the worker still fails the job and frees the slot.
+    // The handler honours its signal: it rejects with its own error, which is not what the job records.
     const worker = queue.work(
-      { work: () => new Promise(() => {}) },
+      {
+        work: (_job, { signal }) =>
+          new Promise((_resolve, reject) =>
+            signal.addEventListener('abort', () => reject(new Error('aborted by the HTTP client')), {
+              once: true,
+            }),
+          ),
+      },
       { handlerTimeout: 30, hooks: rec.hooks },
     );
     await rec.ended(1);
     await worker.stop();
     expect(rec.ends[0]?.outcome).toBe('dead');
+    expect(rec.ends[0]?.error).toMatchObject({ name: 'HandlerTimeout' });
     const [r] = await rows(queue);
     expect(r).toMatchObject({ id: job.id, state: 'dead', attempts: 1 });
     expect(r?.last_error).toMatch(/HandlerTimeout: handler timed out after 30 ms/);
+  });
+
+  it('a handler past handlerTimeout that never returns holds its job until the worker stops; stop leaves the job to its lease', async () => {
+    const queue = await freshQueue();
+    const job = (await queue.enqueue(pool, 'work', { n: 1 }))._unsafeUnwrap();
+    const g = gate();
+    const rec = recorder();
+    const worker = queue.work(
+      {
+        work: (_job, { signal }) => {
+          signal.addEventListener('abort', () => void g.at('aborted'), { once: true });
+          return new Promise(() => {});
+        },
+      },
+      { concurrency: 1, handlerTimeout: 30, graceMs: 20, hooks: rec.hooks },
+    );
+    await g.reached('aborted');
+    expect(worker.active).toBe(1);
+    await worker.stop();
+    expect(rec.ends.map((e) => e.outcome)).toEqual(['unsettled']);
+    expect(worker.counters).toMatchObject({ started: 1, failed: 0, released: 0, unsettled: 1 });
+    // Neither failed nor given back while its handler may still run: the reaper gives it back once the
+    // lease lapses.
+    expect((await queue.claim({ lease: '1m' }))._unsafeUnwrap()).toEqual([]);
+    expect(await rows(queue)).toEqual([{ id: job.id, state: 'running', attempts: 1, last_error: null }]);
+  });
+
+  it('handlerTimeout and ctx.transaction: a completion committed before the timeout stays; one after it is refused or rolled back (LeaseLost, caused by the timeout)', async () => {
+    const queue = await freshQueue();
+    await pool.query(`CREATE TABLE ${queue.schema}.effects (n int PRIMARY KEY)`);
+    const before = (await queue.enqueue(pool, 'work', { n: 1 }))._unsafeUnwrap();
+    const across = (await queue.enqueue(pool, 'work', { n: 2 }, { maxAttempts: 1 }))._unsafeUnwrap();
+    const after = (await queue.enqueue(pool, 'work', { n: 3 }, { maxAttempts: 1 }))._unsafeUnwrap();
+    const g = gate();
+    const rec = recorder();
+    const results = new Map<number, { kind: string; cause?: unknown; ranFn: boolean }>();
+    const insert = (tx: { query: (sql: string, values: unknown[]) => Promise<unknown> }, n: number) =>
+      tx.query(`INSERT INTO ${queue.schema}.effects VALUES ($1)`, [n]);
+    const worker = queue.work(
+      {
+        work: async (job, ctx) => {
+          const n = job.payload.n;
+          ctx.signal.addEventListener('abort', () => void g.at(`aborted ${n}`), { once: true });
+          let ranFn = false;
+          if (n === 3) await g.at('late');
+          const r = await ctx.transaction(async (tx) => {
+            ranFn = true;
+            await insert(tx, n);
+            if (n === 2) await g.at('inside');
+          });
+          results.set(
+            n,
+            r.isErr() ? { kind: r.error.kind, cause: r.error.cause, ranFn } : { kind: 'ok', ranFn },
+          );
+          // Ignores its signal past the timeout.
+          await g.at('return');
+        },
+      },
+      // A timeout job 1's transaction ends well within; jobs 2 and 3 wait for it at their gates.
+      { concurrency: 3, handlerTimeout: 1000, hooks: rec.hooks },
+    );
+    await Promise.all([g.reached('aborted 1'), g.reached('aborted 2'), g.reached('aborted 3')]);
+    g.open('inside');
+    g.open('late');
+    await g.reached('return', 3);
+    g.open('return');
+    await rec.ended(3);
+    await worker.stop();
+    const byId = new Map(rec.ends.map((e) => [e.job.id, e]));
+    // Committed (with its completion) before the timeout: the job is completed, as it was.
+    expect(results.get(1)).toEqual({ kind: 'ok', ranFn: true });
+    expect(byId.get(before.id)).toMatchObject({ outcome: 'completed' });
+    // Open across the timeout: rolled back, the completion never sent.
+    expect(results.get(2)).toMatchObject({
+      kind: 'LeaseLost',
+      cause: { name: 'HandlerTimeout' },
+      ranFn: true,
+    });
+    expect(byId.get(across.id)).toMatchObject({ outcome: 'dead', error: { name: 'HandlerTimeout' } });
+    // Begun after the timeout: refused before BEGIN, its callback never run.
+    expect(results.get(3)).toMatchObject({
+      kind: 'LeaseLost',
+      cause: { name: 'HandlerTimeout' },
+      ranFn: false,
+    });
+    expect(byId.get(after.id)).toMatchObject({ outcome: 'dead', error: { name: 'HandlerTimeout' } });
+    const effects = await pool.query(`SELECT n FROM ${queue.schema}.effects ORDER BY n`);
+    expect(effects.rows).toEqual([{ n: 1 }]);
+    expect((await rows(queue)).map((r) => [r.id, r.state])).toEqual([
+      [across.id, 'dead'],
+      [after.id, 'dead'],
+    ]);
+  });
+
+  it('a handler past handlerTimeout that ignores its signal keeps its job: no second run starts while the first is in progress, and the attempt fails with the timeout once it returns', {
+    timeout: 30_000,
+  }, async () => {
+    const queue = await freshQueue(); // backoff 0: a failed attempt is claimable again at once
+    const job = (await queue.enqueue(pool, 'work', { n: 1 }))._unsafeUnwrap();
+    const g = gate();
+    const rec = recorder();
+    let starts = 0;
+    let inFlight = 0;
+    let overlaps = 0;
+    // The handler awaits a call that takes no signal (held by the gate): the timeout's abort changes nothing.
+    const worker = queue.work(
+      {
+        work: async (_job, { signal }) => {
+          const run = ++starts;
+          if (++inFlight > 1) overlaps++;
+          signal.addEventListener('abort', () => void g.at(`aborted ${run}`), { once: true });
+          try {
+            await g.at('third-party call');
+          } finally {
+            inFlight--;
+          }
+          return 'done anyway';
+        },
+      },
+      { concurrency: 2, handlerTimeout: 50, lease: '5s', pollInterval: 20, hooks: rec.hooks },
+    );
+    try {
+      await g.reached('aborted 1');
+      const claimedAt = await pool.query(`SELECT lease_expires_at FROM ${queue.schema}.jobs WHERE id = $1`, [
+        job.id,
+      ]);
+      const first = claimedAt.rows[0].lease_expires_at.getTime();
+      // Either a second run of the job starts (a free slot here, the job claimable again), or the
+      // heartbeat extends the first attempt's lease: the job is still this run's.
+      const next = await Promise.race([
+        g.reached('third-party call', 2).then(() => 'second start' as const),
+        eventually(async () => {
+          const r = await pool.query(
+            `SELECT state, attempts, lease_expires_at FROM ${queue.schema}.jobs WHERE id = $1`,
+            [job.id],
+          );
+          const row = r.rows[0];
+          return row?.state === 'running' && row.attempts === 1 && row.lease_expires_at.getTime() > first;
+        }).then(() => 'lease extended' as const),
+      ]);
+      expect(next).toBe('lease extended');
+      expect({ starts, inFlight, overlaps }).toEqual({ starts: 1, inFlight: 1, overlaps: 0 });
+      // Another claimer right now gets nothing: the job is not pending.
+      expect((await queue.claim({ lease: '1m' }))._unsafeUnwrap()).toEqual([]);
+      expect(await rows(queue)).toEqual([{ id: job.id, state: 'running', attempts: 1, last_error: null }]);
+      expect(rec.ends).toEqual([]);
+      expect(worker.active).toBe(1);
+      // It returns (a value: it timed out all the same): the attempt fails with the timeout, and only then is
+      // the job run again.
+      g.open('third-party call');
+      await rec.ended(2);
+    } finally {
+      g.open('third-party call');
+      await worker.stop();
+    }
+    expect(rec.ends.map((e) => e.outcome)).toEqual(['failed', 'completed']);
+    expect(rec.ends[0]?.error).toMatchObject({
+      name: 'HandlerTimeout',
+      message: 'handler timed out after 50 ms',
+    });
+    expect(rec.ends[1]?.job).toMatchObject({ id: job.id, attempts: 2 });
+    expect({ starts, overlaps }).toEqual({ starts: 2, overlaps: 0 });
+    expect(worker.counters).toMatchObject({ started: 2, failed: 1, completed: 1 });
   });
 
   it('ctx.transaction commits the handler effects together with the completion (exactly once)', async () => {

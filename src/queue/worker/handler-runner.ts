@@ -32,7 +32,10 @@ export type RunnerStore = Pick<SettleStore, 'completeWithin'> &
 /** What the handler runner reads from its queue: the pool, TxManager, telemetry and payload schemas. */
 export type RunnerSettings = Pick<QueueSettings, 'pool' | 'txManager' | 'telemetry' | 'schemaOf'>;
 
-/** Thrown into a handler's signal when it runs past `handlerTimeout`. */
+/**
+ * The reason of a handler's signal when it runs past `handlerTimeout`, and the error its attempt fails with
+ * once the handler returns.
+ */
 export class HandlerTimeoutError extends Error {
   constructor(readonly ms: number) {
     super(`handler timed out after ${ms} ms`);
@@ -43,6 +46,14 @@ export class HandlerTimeoutError extends Error {
 }
 
 type AbortWhy = 'timeout' | 'stop' | 'lost' | 'cancelled';
+
+/**
+ * Whether a run still holds its job: not aborted, or aborted by its timeout or a stopping worker. Such a
+ * run waits for its handler to return, and its job stays leased (heartbeated) until then: given back or
+ * failed while the handler still ran, the job would be claimed again and run twice at the same time.
+ */
+const holdsJob = (why: AbortWhy | undefined): boolean =>
+  why === undefined || why === 'timeout' || why === 'stop';
 
 /** The handler's part ended without an error. */
 const SUCCEEDED: unique symbol = Symbol('succeeded');
@@ -174,12 +185,18 @@ class RunContext implements JobContext {
   transaction<R>(fn: (tx: Tx) => Promise<R> | R): ResultAsync<R, LeaseLost | TxKitError> {
     const running = this.#running;
     const { job } = running;
+    // Past its timeout the attempt is failed whatever the handler does next: its job, still leased until
+    // the handler returns, is no longer its to complete. Refused before BEGIN (LeaseLost, as when the
+    // lease is gone), the timeout as its cause.
+    if (running.why === 'timeout') return errAsync(new LeaseLost(job.id, running.reason));
     const store = this.#store;
     running.txCalls++;
     running.txOpen++;
     // Through the TxManager's do(): its retries, propagation and fixes apply to the handler's transaction.
     const transaction = this.#settings.txManager.do(async (tx) => {
       const value = await fn(tx);
+      // Timed out while `fn` ran: rolled back, the completion never sent (see above).
+      if (running.why === 'timeout') return err(new LeaseLost(job.id, running.reason));
       // The fenced completion, in the handler's transaction: both commit or neither does.
       return (await store.completeWithin(tx, job)) ? ok(value) : err(new LeaseLost(job.id));
     }) as unknown as ResultAsync<R, LeaseLost | TxKitError>;
@@ -200,11 +217,12 @@ class RunContext implements JobContext {
 /**
  * Runs handlers: one job per slot, with its timeout, its `ctx.transaction`, its settle (through the
  * batcher) and the heartbeat that extends the leases of running and buffered jobs. A handler is the
- * user's code: whatever it throws fails its job and never escapes; an aborted run (timeout, lost lease,
- * cancel) stops waiting for it, while a stopping worker's abort waits for the handler to return (its job
- * stays leased meanwhile) until the worker gives up on it ({@link HandlerRunner.abandon}). A run's
- * `ctx.progress` reports go through its own {@link ProgressWriter}; the last one is written before the
- * settle.
+ * user's code: whatever it throws fails its job and never escapes. An aborted run (lost lease, cancel)
+ * stops waiting for it; a timeout or a stopping worker's abort waits for the handler to return, its job
+ * leased and its slot taken meanwhile (a handler that ignores its signal must not run alongside the
+ * job's next attempt), until it returns or a stopping worker gives up on it ({@link HandlerRunner.abandon}).
+ * A run's `ctx.progress` reports go through its own {@link ProgressWriter}; the last one is written before
+ * the settle.
  *
  * @example
  * const runner = new HandlerRunner(store, settings, batcher, { handlers, leaseMs: 30_000, handlerTimeout: undefined, hooks: undefined, progressIntervalMs: 1000 }, events);
@@ -301,7 +319,14 @@ export class HandlerRunner {
    */
   cancel(id: string): boolean {
     const running = this.#running.get(id);
-    if (running === undefined || running.completedInTx || running.why !== undefined) return false;
+    if (running === undefined || running.completedInTx) return false;
+    if (running.why === 'timeout') {
+      // Its signal is aborted already and the run waits for the handler: it ends cancelled, nothing written.
+      running.why = 'cancelled';
+      running.reason = new JobCancelled(id);
+      return true;
+    }
+    if (running.why !== undefined) return false;
     this.#abort(running, 'cancelled', new JobCancelled(id));
     return true;
   }
@@ -365,9 +390,10 @@ export class HandlerRunner {
   ): Promise<Result<number | undefined, InvalidOptions | DatabaseFailure>> {
     const now = Date.now();
     const third = this.#o.leaseMs / 3;
-    // A handler aborted by a stopping worker still runs, and its job stays ours until it returns.
+    // A handler past its timeout or aborted by a stopping worker still runs: its job stays ours until it
+    // returns.
     const due = [...this.#running.values()].filter(
-      (r) => (r.why === undefined || r.why === 'stop') && !r.completedInTx && now - r.lastExtendAt >= third,
+      (r) => holdsJob(r.why) && !r.completedInTx && now - r.lastExtendAt >= third,
     );
     const dueBuffered = buffered.filter((b) => now - b.lastExtendAt >= third);
     if (due.length === 0 && dueBuffered.length === 0) return ok(undefined);
@@ -390,10 +416,7 @@ export class HandlerRunner {
     }
     for (const d of due) {
       if (r.value.has(d.job.id)) d.lastExtendAt = now;
-      else if (d.why === 'stop')
-        d.why = 'lost'; // its signal is aborted already; nothing to release
-      else if (!d.completedInTx && this.#running.has(d.job.id))
-        this.#abort(d, 'lost', new LeaseLost(d.job.id));
+      else if (!d.completedInTx && this.#running.has(d.job.id)) this.#lost(d);
     }
     return ok(dropped);
   }
@@ -403,7 +426,8 @@ export class HandlerRunner {
     this.#o.log?.warn(
       'handler-timeout',
       { jobId: job.id, task: job.task, attempt: job.attempts, timeoutMs: ms },
-      `handler of job ${job.id} (${job.task}) ran past its ${ms} ms timeout: its signal is aborted and the attempt fails`,
+      `handler of job ${job.id} (${job.task}) ran past its ${ms} ms timeout: its signal is aborted; ` +
+        'the attempt fails once the handler returns (its job stays leased and its slot taken until then)',
     );
     this.#abort(running, 'timeout', new HandlerTimeoutError(ms));
   }
@@ -413,9 +437,9 @@ export class HandlerRunner {
     running.why = why;
     running.reason = reason;
     running.controller?.abort(reason);
-    // The run stops waiting for the handler's promise, except on stop: its job stays leased until the
-    // handler returns (see abortForStop).
-    if (running.waiting && why !== 'stop') this.#guard(running, (r) => this.#handled(r, reason));
+    // The run stops waiting for the handler's promise, except on a timeout or a stop: its job stays leased
+    // until the handler returns (see holdsJob).
+    if (running.waiting && !holdsJob(why)) this.#guard(running, (r) => this.#handled(r, reason));
   }
 
   /** The handler is over: its slot is free for the next job while its settle is being written. */
@@ -489,7 +513,7 @@ export class HandlerRunner {
     // A synchronous handler is done already.
     if (typeof (result as PromiseLike<unknown> | undefined)?.then !== 'function')
       return running.why === undefined ? SUCCEEDED : running.reason;
-    if (running.why !== undefined && running.why !== 'stop') return running.reason;
+    if (!holdsJob(running.why)) return running.reason;
     running.waiting = true;
     (result as PromiseLike<unknown>).then(
       () => this.#guard(running, this.#succeeded),
@@ -521,7 +545,7 @@ export class HandlerRunner {
     } else {
       progress.flush().then(
         () => {
-          // A handler aborted by its timeout may still be running: its later reports are not written.
+          // The run is over: a report made now (by a callback the handler left behind) is not written.
           progress.close();
           this.#guard(running, (r) => this.#afterProgress(r, error));
         },
@@ -542,11 +566,19 @@ export class HandlerRunner {
       this.#ended(running, 'released');
     } else if (running.why === 'cancelled') this.#ended(running, 'cancelled', running.reason);
     else if (running.why === 'lost') this.#ended(running, 'lost', new LeaseLost(running.job.id));
-    else this.#settle(running, error);
+    // Past its timeout the attempt fails with the timeout, whatever the handler returned or threw since.
+    else this.#settle(running, running.why === 'timeout' ? running.reason : error);
   }
 
-  /** The run's ProgressWriter lost the job's lease: the run is aborted as lost. */
-  readonly #lost = (running: Running): void => this.#abort(running, 'lost', new LeaseLost(running.job.id));
+  /**
+   * The heartbeat or the run's ProgressWriter found the job's lease lost: the run is aborted as lost. One
+   * past its timeout or aborted by a stopping worker has its signal aborted already and still waits for its
+   * handler: it ends lost when the handler returns, nothing written.
+   */
+  readonly #lost = (running: Running): void => {
+    if (running.why === undefined) this.#abort(running, 'lost', new LeaseLost(running.job.id));
+    else if (holdsJob(running.why)) running.why = 'lost';
+  };
 
   /** Writes the run's completion or failure (batched, fenced). */
   #settle(running: Running, error: unknown): void {

@@ -18,7 +18,8 @@ import type { TaskMap } from '../store/job-store.js';
 /** What a handler gets besides its job. */
 export interface JobContext {
   /**
-   * Aborted when the handler times out (`handlerTimeout`), when the worker is forced to stop, when the
+   * Aborted when the handler times out (`handlerTimeout`: the run still ends only when the handler
+   * returns, its job leased until then), when the worker is forced to stop, when the
    * job is cancelled (`queue.cancel`: reason `JobCancelled`, heard on the worker's LISTEN session), or
    * when the heartbeat finds the lease lost (reason `LeaseLost`; also how a cancel reaches a worker
    * without LISTEN). Pass it to fetch/HTTP clients.
@@ -45,7 +46,8 @@ export interface JobContext {
    * Runs `fn(tx)` in ONE transaction together with this job's fenced completion: the handler's
    * database writes commit if and only if the job is completed, so they happen exactly once even if
    * the job is run again. If the lease was lost, the transaction rolls back and `LeaseLost` comes
-   * back. Call it at most once per run; when it returns an `Err`, the job is failed.
+   * back; past `handlerTimeout` too (its `cause` the `HandlerTimeout`; begun after the timeout, nothing
+   * is sent). Call it at most once per run; when it returns an `Err`, the job is failed.
    * External side effects (HTTP, e-mail) are at-least-once: make them idempotent.
    *
    * @example
@@ -77,7 +79,10 @@ export interface JobEndEvent {
   readonly outcome: JobOutcome;
   /** The handler's error (failed/dead) or the settle's error (lost/unsettled). */
   readonly error?: unknown;
-  /** Handler run time in ms. */
+  /**
+   * Handler run time in ms, until it returned (past `handlerTimeout` too: the run ends, and is reported,
+   * when the handler returns).
+   */
   readonly durationMs: number;
 }
 
@@ -141,7 +146,13 @@ export const workOptionsSchema = z.strictObject({
   listen: z.boolean().default(true),
   /** Lease per claim (default: the queue's; at least 5 s); the worker extends it while a handler runs. */
   lease: leaseSchema.optional(),
-  /** Abort a handler (signal) and fail its job after this long. */
+  /**
+   * After this long, abort the handler's `ctx.signal` (reason `HandlerTimeout`) and fail the attempt with
+   * that error once the handler returns, whatever it returns or throws. Until it returns its job stays
+   * leased (heartbeated) and its slot taken: a handler that ignores its signal is never run alongside the
+   * job's next attempt. Its `ctx.transaction` after the timeout returns `LeaseLost` (cause
+   * `HandlerTimeout`), rolled back; a completion it committed before the timeout stands.
+   */
   handlerTimeout: durationSchema.optional(),
   /**
    * On stop, wait this long for running handlers, then abort them and wait as long again: a job goes back
