@@ -200,6 +200,28 @@ describe.each([
   });
 });
 
+describe('inside a nested scope (propagation nested)', () => {
+  it("book() in the scope's own savepoint: an Overlap is rolled back to book()'s savepoint, the scope and the transaction go on", async () => {
+    (await rooms.book(pool, slot(1, 10, 12, 'first')))._unsafeUnwrap();
+    const tm = new TxManager(pool);
+    const out = await tm.doOrThrow(async (tx) => {
+      await tx.query("INSERT INTO kept VALUES ('outer')");
+      return tm.doOrThrow(
+        async (inner) => {
+          await inner.query("INSERT INTO kept VALUES ('inner')");
+          const refused = await rooms.book(inner, slot(1, 11, 13, 'refused'));
+          const booked = await rooms.book(inner, slot(1, 12, 13, 'booked'));
+          return [refused.isErr() && refused.error.kind, booked.isOk()];
+        },
+        { propagation: 'nested' },
+      );
+    });
+    expect(out).toEqual(['Overlap', true]);
+    expect(await keptNotes()).toEqual(['inner', 'outer']);
+    expect((await table()).map((r) => r.guest)).toEqual(['first', 'booked']);
+  });
+});
+
 describe('sendFlight on its own: which part failed, and what ran', () => {
   it('a refused opening statement: the statement behind it never runs, not even in autocommit', async () => {
     const client = await pool.connect();
