@@ -19,6 +19,11 @@ import type pg from 'pg';
  * back (they produce no rows, only a CommandComplete each), so the result is exactly what
  * `client.query(config)` would have resolved with.
  *
+ * The same flight carries the patterns' own statements (send-flight.ts): statements behind the query's
+ * own too (a RELEASE SAVEPOINT), which run only once it has succeeded (a failing statement makes the
+ * server discard them up to the Sync), and statements with values ahead of it (an advisory lock). Their
+ * answers are held back as the opening's are; an error says which part it came from (`failedPart`).
+ *
  * Measured: with a 10 ms round trip, a one-statement `tm.do` takes 23.7 ms (two round trips) where a
  * hand-written `BEGIN; UPDATE; COMMIT` takes 34.9 ms; 8 loops with 1 ms each way, 1.40× the
  * hand-written loop (0.99× with BEGIN in its own round trip). On localhost with the server on the same
