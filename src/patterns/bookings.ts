@@ -384,9 +384,15 @@ export class Bookings {
       if (!sent.ok && sent.part !== 'statement') throw sent.error;
       const result = await asResult(sent.ok ? Promise.resolve(sent.result) : Promise.reject(sent.error));
       if (result.isOk()) return ok({ row: result.value.rows[0] });
-      // The statement failed: undo it (ROLLBACK TO releases the locks it took) and drop the savepoint.
-      await q.query(`ROLLBACK TO SAVEPOINT ${savepoint}`).catch(() => {});
-      await q.query(`RELEASE SAVEPOINT ${savepoint}`).catch(() => {});
+      // The statement failed: undo it (ROLLBACK TO releases the locks it took) and drop the savepoint,
+      // both in one round trip (a failed ROLLBACK TO aborts the transaction, so the RELEASE the server
+      // then discards would have failed too). Their errors are not the caller's: the statement's is.
+      await sendFlight(db, {
+        opening: [`ROLLBACK TO SAVEPOINT ${savepoint}`],
+        text: `RELEASE SAVEPOINT ${savepoint}`,
+        values: [],
+        closing: [],
+      });
       return err(result.error);
     };
     const conflicting = async (): Promise<Result<R[], DatabaseFailure>> => {

@@ -1,5 +1,11 @@
 import type pg from 'pg';
-import { type FlightPart, type FlightStatement, firstFlightClass, fitsFirstFlight } from './first-flight.js';
+import {
+  type FirstFlightQuery,
+  type FlightPart,
+  type FlightStatement,
+  firstFlightClass,
+  fitsFirstFlight,
+} from './first-flight.js';
 import { TxHandle } from './tx-handle.js';
 import type { Db, Queryable } from './types.js';
 
@@ -18,8 +24,8 @@ export interface FlightSpec {
 }
 
 /**
- * How a flight ended: the statement's result (pg's own), or the error (pg's own, or what the
- * transaction shows for it, as `tx.query` would have thrown) and the part it came from. A failure in
+ * How a flight ended (never a rejection): the statement's result (pg's own), or the error (pg's own,
+ * or what the transaction shows for it, as `tx.query` would have thrown) and the part it came from. A failure in
  * the `opening` means the statement never ran; in the `statement`, that no closing statement ran.
  */
 export type FlightOutcome<R extends pg.QueryResultRow = Record<string, unknown>> =
@@ -51,13 +57,15 @@ export async function sendFlight<R extends pg.QueryResultRow = Record<string, un
   } else if (fitsFirstFlight(spec.text, spec.values)) {
     const Flight = firstFlightClass(db as pg.PoolClient);
     if (Flight !== undefined) {
-      const flight = new Flight(spec.opening, spec.text, spec.values, spec.closing);
+      let flight: FirstFlightQuery | undefined;
       try {
+        flight = new Flight(spec.opening, spec.text, spec.values, spec.closing);
         // pg returns a Submittable as it was given: the flight itself, a promise of pg's own result.
         const result = await (db as pg.PoolClient).query(flight as unknown as pg.QueryConfig);
         return { ok: true, result: result as pg.QueryResult<R> };
       } catch (error) {
-        return { ok: false, part: flight.failedPart ?? 'opening', error };
+        // No flight: pg refused its config before anything was sent.
+        return { ok: false, part: flight?.failedPart ?? 'opening', error };
       }
     }
   }

@@ -71,7 +71,7 @@ describe.each([
   ['pg (current)', pg],
   ['pg 8.11 (the oldest supported)', oldestPg as unknown as typeof pg],
 ])('%s', (_name, driver) => {
-  it('book() inside a transaction: one round trip where SAVEPOINT, INSERT and RELEASE took three', async () => {
+  it('book() inside a transaction: one round trip where SAVEPOINT, INSERT and RELEASE took three (three for an Overlap, five before)', async () => {
     const { own, trips } = countedPool(driver);
     try {
       const client = await own.connect();
@@ -85,6 +85,14 @@ describe.each([
         trips.n = 0;
         expect((await rooms.book(oneByOne(client), slot(2, 10, 11, 'one by one'))).isOk()).toBe(true);
         expect(trips.n).toBe(statusCheck + 3);
+        // Refused (Overlap): the flight, ROLLBACK TO + RELEASE in one, the read of the bookings in the
+        // way — three round trips where one by one takes five.
+        trips.n = 0;
+        expect((await rooms.book(client, slot(1, 10, 11)))._unsafeUnwrapErr().kind).toBe('Overlap');
+        expect(trips.n).toBe(statusCheck + 3);
+        trips.n = 0;
+        expect((await rooms.book(oneByOne(client), slot(1, 10, 11)))._unsafeUnwrapErr().kind).toBe('Overlap');
+        expect(trips.n).toBe(statusCheck + 5);
         await client.query('COMMIT');
       } finally {
         client.release();
