@@ -16,10 +16,13 @@
 //
 // Build and run: npm run build:bench, then `node scripts/bench.mjs --only pattern-flight`.
 import pg from 'pg';
+import type { BenchModule } from '../src/cli/bench.js';
+import type { BenchResult } from '../src/cli/render-ratio-chart.js';
 import { Bookings } from '../src/patterns/bookings.js';
 import { FaultProxy } from '../src/testing/fault-proxy.js';
 import { TxManager } from '../src/tx/tx-manager.js';
 import type { Queryable, Tx } from '../src/tx/types.js';
+import { cpuPerCall, interleaved, median, range } from './support/rounds.js';
 
 /** Concurrent loops. */
 const LOOPS = 8;
@@ -28,28 +31,8 @@ const ROUNDS = 5;
 /** One-way delay of the proxied variant, in ms. */
 const DELAY_MS = 1;
 
-/** One measured row of the result. */
-export interface PatternFlightRow {
-  readonly name: string;
-  readonly opsPerSec: number;
-  readonly ratio: number;
-}
-
-/** What {@link run} returns (the CLI's BenchResult shape). */
-export interface PatternFlightResult {
-  readonly name: string;
-  readonly baseline: string;
-  readonly rows: readonly PatternFlightRow[];
-  readonly notes: string;
-}
-
-/** What {@link run} takes (the CLI's bench context). */
-export interface PatternFlightContext {
-  readonly url: string;
-  readonly durationMs: number;
-  onProgress?(done: number, total: number): void;
-  readonly signal?: AbortSignal;
-}
+/** What the bench runner gives {@link run}. */
+type BenchContext = Parameters<BenchModule['run']>[0];
 
 /** One transaction of a loop: `loop` is the loop's resource, `n` its next free slot. */
 type Transaction = (loop: number, n: number) => Promise<void>;
@@ -64,12 +47,11 @@ function oneByOne(tx: Tx): Queryable {
  * 1 ms of delay each way.
  *
  * @example
- * const result = await run({ url: 'postgres://postgres@127.0.0.1:5432/bench', durationMs: 10000 });
+ * const result = await run({ url, durationMs: 10000, onProgress: () => {}, signal: new AbortController().signal });
  * console.table(result.rows);
  */
-export async function run(context: PatternFlightContext): Promise<PatternFlightResult> {
-  const signal = context.signal ?? new AbortController().signal;
-  const onProgress = context.onProgress ?? (() => {});
+export async function run(context: BenchContext): Promise<BenchResult> {
+  const { signal, onProgress } = context;
   const proxy = await FaultProxy.start({ target: context.url });
   proxy.latency(DELAY_MS);
   const pools = {
@@ -137,7 +119,6 @@ export async function run(context: PatternFlightContext): Promise<PatternFlightR
   const totalPhases = contenders.length * ROUNDS;
   let done = 0;
   const roundMs = Math.max(200, Math.floor(context.durationMs / ROUNDS));
-  const rates = new Map<string, number[]>(contenders.map((c) => [c.name, []]));
   const admin = pools.localhost;
   try {
     await admin.query('DROP TABLE IF EXISTS bench_bookings');
@@ -146,50 +127,42 @@ export async function run(context: PatternFlightContext): Promise<PatternFlightR
     );
     (await rooms.migrate(admin))._unsafeUnwrap();
     for (const c of contenders) await loops(50, c.tx); // warm-up: connections, plans
-    for (let round = 0; round < ROUNDS && !signal.aborted; round++) {
-      for (let k = 0; k < contenders.length && !signal.aborted; k++) {
-        const c = contenders[(k + round) % contenders.length];
-        if (!c) continue;
-        rates.get(c.name)?.push(await loops(roundMs, c.tx));
+    const stopped = () => signal.aborted;
+    const rates = await interleaved(
+      contenders,
+      ROUNDS,
+      async (c) => {
+        const rate = await loops(roundMs, c.tx);
         onProgress(++done, totalPhases);
-      }
-    }
-    const median = (values: readonly number[]) => {
-      const sorted = [...values].sort((a, b) => a - b);
-      return sorted.length ? (sorted[Math.floor((sorted.length - 1) / 2)] ?? 0) : 0;
-    };
+        return rate;
+      },
+      stopped,
+    );
     const measured = contenders.map((c) => ({
       name: c.name,
       opsPerSec: Math.round(median(rates.get(c.name) ?? [])),
     }));
     const base = measured[0]?.opsPerSec || 1;
-    const spread = contenders.map((c) => {
-      const values = rates.get(c.name) ?? [];
-      return `${c.name} ${Math.round(Math.min(...values))}–${Math.round(Math.max(...values))}`;
-    });
+    const spread = contenders.map((c) => `${c.name} ${range(rates.get(c.name) ?? [])}`);
     // Node CPU per transaction (one loop, sequential, localhost contenders): the flight's own cost, far
     // less sensitive to a busy machine than throughput. Interleaved rounds; median with min–max.
     const CPU_ROUNDS = 5;
     const CPU_TX = 300;
     const local = contenders.slice(0, 4);
-    const cpuSamples = new Map<string, number[]>(local.map((c) => [c.name, []]));
-    for (let round = 0; round < CPU_ROUNDS && !signal.aborted; round++) {
-      for (let k = 0; k < local.length; k++) {
-        const c = local[(k + round) % local.length];
-        if (!c) continue;
-        const before = process.cpuUsage();
-        for (let i = 0; i < CPU_TX; i++) {
+    const cpuSamples = await interleaved(
+      local,
+      CPU_ROUNDS,
+      (c) =>
+        cpuPerCall(CPU_TX, () => {
           const n = next[0] ?? 0;
           next[0] = n + 1;
-          await c.tx(1, n);
-        }
-        const used = process.cpuUsage(before);
-        cpuSamples.get(c.name)?.push((used.user + used.system) / CPU_TX);
-      }
-    }
+          return c.tx(1, n);
+        }),
+      stopped,
+    );
     const cpu = local.map((c) => {
       const values = cpuSamples.get(c.name) ?? [];
-      return `${c.name} ${Math.round(median(values))} (${Math.round(Math.min(...values))}–${Math.round(Math.max(...values))})`;
+      return `${c.name} ${Math.round(median(values))} (${range(values)})`;
     });
     const ratio = (a: number, b: number) =>
       ((measured[b]?.opsPerSec ?? 0) / (measured[a]?.opsPerSec || 1)).toFixed(2);

@@ -118,6 +118,11 @@ function recorder(calls: Recorded[]): Record<string, unknown> {
   };
 }
 
+/** Writes a recorded message to the real connection. */
+function replay(con: Connection, call: Recorded): void {
+  (con[call.method] as (argument: unknown) => void).call(con, call.argument);
+}
+
 /** The pg connection methods a flight writes with. */
 interface Connection {
   parse(config: { text: string }): void;
@@ -165,19 +170,21 @@ export function firstFlightClass(client: pg.PoolClient): FirstFlightClass | unde
 }
 
 function defineFlight(Base: PgQueryClass): FirstFlightClass {
-  /** The messages of a statement ahead of or behind the flight's own (no Describe: no row description). */
-  const around = (statement: FlightStatement): readonly Recorded[] => {
+  /**
+   * Writes a statement ahead of or behind the flight's own: Parse/Bind/Execute, unnamed statement and
+   * portal, no Describe (no row description for it).
+   */
+  const writeAround = (con: Connection, statement: FlightStatement): void => {
     if (typeof statement === 'string') {
-      return [
-        { method: 'parse', argument: { text: statement } },
-        { method: 'bind', argument: {} },
-        { method: 'execute', argument: {} },
-      ];
+      con.parse({ text: statement });
+      con.bind({});
+      con.execute({});
+      return;
     }
-    // With values: what pg's own Query writes for it (values serialized by pg's own mapper, on replay).
+    // With values: what pg's own Query writes for it (the values serialized by pg's own mapper).
     const calls: Recorded[] = [];
     new Base(statement.text, [...statement.values], () => {}).prepare(recorder(calls));
-    return calls.filter((call) => call.method !== 'describe');
+    for (const call of calls) if (call.method !== 'describe') replay(con, call);
   };
 
   return class FirstFlight extends Base implements FirstFlightQuery {
@@ -248,9 +255,10 @@ function defineFlight(Base: PgQueryClass): FirstFlightClass {
       const con = connection as Connection;
       const own: Recorded[] = [];
       super.prepare(recorder(own));
-      const calls = [...this.opening.flatMap(around), ...own, ...this.closing.flatMap(around)];
       try {
-        for (const call of calls) (con[call.method] as (argument: unknown) => void).call(con, call.argument);
+        for (const statement of this.opening) writeAround(con, statement);
+        for (const call of own) replay(con, call);
+        for (const statement of this.closing) writeAround(con, statement);
       } catch (error) {
         // A value pg cannot serialize (a throwing toPostgres …): nothing from that statement on was
         // bound. The Sync still closes the unit (the statements before it run, as they did when each

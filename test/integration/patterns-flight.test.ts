@@ -5,7 +5,7 @@ import { advisoryKey } from '../../src/advisory/advisory-key.js';
 import { Bookings } from '../../src/patterns/bookings.js';
 import { IdempotencyKeys } from '../../src/patterns/idempotency-keys.js';
 import { FaultProxy } from '../../src/testing/fault-proxy.js';
-import { sendFlight } from '../../src/tx/send-flight.js';
+import { type FlightOutcome, sendFlight } from '../../src/tx/send-flight.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
 import type { Queryable } from '../../src/tx/types.js';
 import { useTestDatabase } from '../helpers.js';
@@ -230,6 +230,10 @@ describe('inside a nested scope (propagation nested)', () => {
   });
 });
 
+/** Where a flight failed and the SQLSTATE it failed with (undefined when it succeeded). */
+const partAndCode = (sent: FlightOutcome) =>
+  sent.ok ? undefined : [sent.part, (sent.error as { code?: string }).code];
+
 describe('sendFlight on its own: which part failed, and what ran', () => {
   it('a refused opening statement: the statement behind it never runs, not even in autocommit', async () => {
     const client = await pool.connect();
@@ -241,8 +245,7 @@ describe('sendFlight on its own: which part failed, and what ran', () => {
         values: ['behind a refused SAVEPOINT'],
         closing: ['RELEASE SAVEPOINT s'],
       });
-      expect(sent.ok).toBe(false);
-      expect(!sent.ok && [sent.part, (sent.error as { code?: string }).code]).toEqual(['opening', '25P01']);
+      expect(partAndCode(sent)).toEqual(['opening', '25P01']);
       expect(client.getTransactionStatus()).toBe('I');
     } finally {
       client.release();
@@ -260,10 +263,7 @@ describe('sendFlight on its own: which part failed, and what ran', () => {
         values: [0],
         closing: ['RELEASE SAVEPOINT s'],
       });
-      expect(!failed.ok && [failed.part, (failed.error as { code?: string }).code]).toEqual([
-        'statement',
-        '22012',
-      ]);
+      expect(partAndCode(failed)).toEqual(['statement', '22012']);
       // RELEASE was discarded: the savepoint is still there to roll back to.
       await client.query('ROLLBACK TO SAVEPOINT s');
       const closing = await sendFlight<{ n: number }>(client, {
@@ -272,10 +272,7 @@ describe('sendFlight on its own: which part failed, and what ran', () => {
         values: [1],
         closing: ['RELEASE SAVEPOINT no_such_savepoint'],
       });
-      expect(!closing.ok && [closing.part, (closing.error as { code?: string }).code]).toEqual([
-        'closing',
-        '3B001',
-      ]);
+      expect(partAndCode(closing)).toEqual(['closing', '3B001']);
       await client.query('ROLLBACK');
       // The opening statement's row is not the result's: only the statement's own.
       const ok = await sendFlight<{ n: number }>(client, {
