@@ -291,8 +291,11 @@ function defineFlight(Base: PgQueryClass): FirstFlightClass {
 
     override handleError(error: unknown, connection: unknown): void {
       // Before every opening statement completed: one was refused (everything behind it was discarded
-      // by the server), or the connection ended before they were answered.
-      this.#failedPart ??= this.#part();
+      // by the server), or the connection ended before they were answered. A row of the statement pg
+      // could not parse (a type parser that threw) is reported at ReadyForQuery, after the closing
+      // statements: it is the statement's (only its rows are parsed).
+      const rowError = (this as { _canceledDueToError?: unknown })._canceledDueToError;
+      this.#failedPart ??= rowError !== undefined && rowError !== false ? 'statement' : this.#part();
       super.handleError(error, connection);
     }
 

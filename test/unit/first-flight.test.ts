@@ -144,6 +144,30 @@ describe.each([
     expect(flight.failedPart).toBeUndefined();
   });
 
+  it("a row of the statement pg cannot parse is the statement's failure, though reported after the closing ones", async () => {
+    const parseError = new Error('cannot parse this row');
+    const types = {
+      getTypeParser: () => () => {
+        throw parseError;
+      },
+    };
+    const flight = new Flight(
+      ['SAVEPOINT s'],
+      { text: 'SELECT 1 AS n', types } as pg.QueryConfig,
+      undefined,
+      ['RELEASE SAVEPOINT s'],
+    ) as FirstFlightQuery & PgQueryMessages;
+    const con = recordingConnection().connection;
+    flight.handleCommandComplete({ text: 'SAVEPOINT' }, con);
+    flight.handleRowDescription({ fields: [{ name: 'n', dataTypeID: 23, format: 'text' }] });
+    flight.handleDataRow({ fields: ['1'] });
+    flight.handleCommandComplete({ text: 'SELECT 1' }, con);
+    flight.handleCommandComplete({ text: 'RELEASE' }, con);
+    flight.handleReadyForQuery(con);
+    await expect(Promise.resolve(flight)).rejects.toBe(parseError);
+    expect(flight.failedPart).toBe('statement');
+  });
+
   it.each([
     [0, 'opening'],
     [1, 'opening'],
