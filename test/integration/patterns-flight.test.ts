@@ -2,6 +2,7 @@ import pg from 'pg';
 import oldestPg from 'pg-oldest';
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { advisoryKey } from '../../src/advisory/advisory-key.js';
+import { withAdvisoryLock } from '../../src/advisory/with-advisory-lock.js';
 import { Bookings } from '../../src/patterns/bookings.js';
 import { IdempotencyKeys } from '../../src/patterns/idempotency-keys.js';
 import { FaultProxy } from '../../src/testing/fault-proxy.js';
@@ -360,6 +361,47 @@ describe('IdempotencyKeys.run: the advisory lock and the key INSERT in one fligh
         result: 'done',
         replayed: true,
       });
+    } finally {
+      await monitor.end();
+      await own.end();
+    }
+  });
+});
+
+describe('withAdvisoryLock with lockTimeout: the bounded timeout and the lock in one flight', () => {
+  it('one round trip less; a lock held elsewhere is still LockNotAvailable, fn keeps its own lock_timeout', async () => {
+    const { own, trips } = countedPool(pg);
+    const monitor = new pg.Client({ connectionString: url });
+    await monitor.connect();
+    try {
+      const tm = new TxManager(own);
+      trips.n = 0;
+      const seen = await withAdvisoryLock(
+        tm,
+        advisoryKey('flight', 'a'),
+        async (tx) =>
+          (await tx.query<{ t: string }>("SELECT current_setting('lock_timeout') AS t")).rows[0]?.t,
+        { lockTimeout: 150, tx: { lockTimeout: '3s' } },
+      );
+      expect(seen._unsafeUnwrap()).toBe('3s');
+      // BEGIN + SET LOCAL + the bounded timeout + the lock; the restore; the callback's read; COMMIT (was 5).
+      expect(trips.n).toBe(4);
+      await monitor.query('BEGIN');
+      await monitor.query('SELECT pg_advisory_xact_lock($1::bigint)', [
+        advisoryKey('flight', 'b').toString(),
+      ]);
+      let called = false;
+      const refused = await withAdvisoryLock(
+        tm,
+        advisoryKey('flight', 'b'),
+        () => {
+          called = true;
+        },
+        { lockTimeout: 50 },
+      );
+      expect(refused._unsafeUnwrapErr().kind).toBe('LockNotAvailable');
+      expect(called).toBe(false);
+      await monitor.query('ROLLBACK');
     } finally {
       await monitor.end();
       await own.end();
