@@ -64,7 +64,7 @@ export async function sendFlight<R extends pg.QueryResultRow = Record<string, un
         const result = await (db as pg.PoolClient).query(flight as unknown as pg.QueryConfig);
         return { ok: true, result: result as pg.QueryResult<R> };
       } catch (error) {
-        // No flight: pg refused its config before anything was sent.
+        // Without a flight, pg refused its config: nothing was sent.
         return { ok: false, part: flight?.failedPart ?? 'opening', error };
       }
     }
