@@ -16,6 +16,7 @@ import pg from 'pg';
 import { beginSql } from '../src/tx/begin-sql.js';
 import { TxManager } from '../src/tx/tx-manager.js';
 import { findPgbench, runPgbench } from './support/pgbench.js';
+import { cpuPerCall, interleaved, median, range } from './support/rounds.js';
 
 /** Concurrent loops. */
 const LOOPS = 8;
@@ -150,7 +151,6 @@ export async function run(context: TxOverheadContext): Promise<TxOverheadResult>
   const totalPhases = contenders.length * ROUNDS + (pgbench ? 1 : 0);
   let done = 0;
   const roundMs = Math.max(200, Math.floor(context.durationMs / ROUNDS));
-  const rates = new Map<string, number[]>(contenders.map((c) => [c.name, []]));
   const notes: string[] = [];
   try {
     // No lock, no contention: each loop owns one row.
@@ -162,27 +162,24 @@ export async function run(context: TxOverheadContext): Promise<TxOverheadResult>
     await pool.query('UPDATE bench_tx SET n = 0');
 
     let committed = 0;
-    for (let round = 0; round < ROUNDS && !signal.aborted; round++) {
-      // Rotate the order each round, so no contender always runs first (or last).
-      for (let k = 0; k < contenders.length && !signal.aborted; k++) {
-        const c = contenders[(k + round) % contenders.length];
-        if (!c) continue;
+    const stopped = () => signal.aborted;
+    const rates = await interleaved(
+      contenders,
+      ROUNDS,
+      async (c) => {
         const measured = await loops(roundMs, signal, c.tx);
-        rates.get(c.name)?.push(measured.ops / Math.max(measured.seconds, 1e-9));
         committed += measured.ops;
         onProgress(++done, totalPhases);
-      }
-    }
+        return measured.ops / Math.max(measured.seconds, 1e-9);
+      },
+      stopped,
+    );
     const { rows } = await pool.query<{ n: string }>('SELECT sum(n)::bigint AS n FROM bench_tx');
     if (!signal.aborted && Number(rows[0]?.n ?? 0) !== committed) {
       throw new Error(`lost transactions: ${rows[0]?.n} rows updated, ${committed} commits counted`);
     }
 
     // The median round: robust against a noisy neighbour stealing the CPU during one round.
-    const median = (values: readonly number[]) => {
-      const sorted = [...values].sort((a, b) => a - b);
-      return sorted.length ? (sorted[Math.floor((sorted.length - 1) / 2)] ?? 0) : 0;
-    };
     const measured = contenders.map((c) => ({
       name: c.name,
       opsPerSec: Math.round(median(rates.get(c.name) ?? [])),
@@ -191,23 +188,16 @@ export async function run(context: TxOverheadContext): Promise<TxOverheadResult>
     // sensitive to a busy machine than throughput. Interleaved rounds; median with min–max.
     const CPU_ROUNDS = 5;
     const CPU_TX = 1000;
-    const cpuSamples = new Map<string, number[]>(contenders.map((c) => [c.name, []]));
-    for (let round = 0; round < CPU_ROUNDS && !signal.aborted; round++) {
-      for (let k = 0; k < contenders.length; k++) {
-        const c = contenders[(k + round) % contenders.length];
-        if (!c) continue;
-        const before = process.cpuUsage();
-        for (let i = 0; i < CPU_TX; i++) await c.tx(1);
-        const used = process.cpuUsage(before);
-        cpuSamples.get(c.name)?.push((used.user + used.system) / CPU_TX);
-      }
-    }
+    const cpuSamples = await interleaved(
+      contenders,
+      CPU_ROUNDS,
+      (c) => cpuPerCall(CPU_TX, () => c.tx(1)),
+      stopped,
+    );
     const cpuOf = (name: string) => median(cpuSamples.get(name) ?? []);
-    const range = (name: string) => {
-      const values = cpuSamples.get(name) ?? [];
-      return values.length ? `${Math.round(Math.min(...values))}–${Math.round(Math.max(...values))}` : '?';
-    };
-    const cpu = contenders.map((c) => `${c.name} ${Math.round(cpuOf(c.name))} (${range(c.name)})`);
+    const cpu = contenders.map(
+      (c) => `${c.name} ${Math.round(cpuOf(c.name))} (${range(cpuSamples.get(c.name) ?? [])})`,
+    );
     const cpuManaged = cpuOf('tm.do + isolation, lockTimeout');
     notes.push(
       `node CPU above the hand-written loop: tm.do +${Math.round(cpuManaged - cpuOf(baseline))} µs, ` +

@@ -4,6 +4,7 @@ import { classify, type InvalidOptions, LockBusy, LockNotAvailable, type TxError
 import { traceLockWait } from '../observability/lock-telemetry.js';
 import { timeoutSchema } from '../tx/duration.js';
 import { isResult } from '../tx/is-result.js';
+import { sendFlight } from '../tx/send-flight.js';
 import type { TxManager } from '../tx/tx-manager.js';
 import type { ConstraintErrors } from '../tx/tx-manager-options.js';
 import type { TxOptions } from '../tx/tx-options.js';
@@ -158,20 +159,36 @@ export async function acquireXactLocks(
       return err(new LockBusy(busy.map((key) => formatAdvisoryKey(key as AnyAdvisoryKey))));
     return ok(undefined);
   }
-  let previous: string | undefined;
-  if (options.lockTimeout !== undefined) {
-    const { rows } = await tx.query<{ previous: string }>(SET_TIMEOUT_SQL, [`${options.lockTimeout}ms`]);
-    previous = rows[0]?.previous;
+  if (options.lockTimeout === undefined) {
+    try {
+      await tx.query(BLOCK_SQL, [k, a, b]);
+    } catch (error) {
+      return lockRefused(error);
+    }
+    return ok(undefined);
   }
-  try {
-    await tx.query(BLOCK_SQL, [k, a, b]);
-  } catch (error) {
-    const failure = classify(error);
-    if (failure instanceof LockNotAvailable) return err(failure);
-    throw error;
+  // The bounded lock_timeout, then the locks behind it, in ONE round trip (see sendFlight): the lock
+  // statement runs only once the timeout is set. 3 round trips → 2 (the restore needs `previous`).
+  const sent = await sendFlight<{ previous: string }>(tx, {
+    opening: [],
+    text: SET_TIMEOUT_SQL,
+    values: [`${options.lockTimeout}ms`],
+    closing: [{ text: BLOCK_SQL, values: [k, a, b] }],
+  });
+  if (!sent.ok) {
+    if (sent.part !== 'closing') throw sent.error;
+    return lockRefused(sent.error);
   }
+  const previous = sent.result.rows[0]?.previous;
   if (previous !== undefined) await tx.query(RESTORE_TIMEOUT_SQL, [previous]);
   return ok(undefined);
+}
+
+/** The lock statement failed: `LockNotAvailable` (lock_timeout) as a value, anything else rethrown. */
+function lockRefused(error: unknown): Result<never, LockNotAvailable> {
+  const failure = classify(error);
+  if (failure instanceof LockNotAvailable) return err(failure);
+  throw error;
 }
 
 /** A callback's return value as a Result (a plain value is `ok`). */

@@ -11,6 +11,7 @@ import {
   Overlap,
   Unsupported,
 } from '../errors/index.js';
+import { sendFlight } from '../tx/send-flight.js';
 import type { Db, Queryable } from '../tx/types.js';
 import { parseOptions } from './parse-options.js';
 import { runMigration } from './run-migration.js';
@@ -363,14 +364,30 @@ export class Bookings {
       // A savepoint so that a refused statement leaves the caller's transaction usable (we still need to
       // read the conflicting rows, and a 40P01 retry must not lose the caller's earlier work).
       const savepoint = `pg_txkit_booking_${randomBytes(6).toString('hex')}`;
-      await q.query(`SAVEPOINT ${savepoint}`);
-      const result = await runQuery<R>(db, text, params);
-      if (result.isOk()) {
-        await q.query(`RELEASE SAVEPOINT ${savepoint}`);
-        return ok({ row: result.value.rows[0] });
-      }
-      await q.query(`ROLLBACK TO SAVEPOINT ${savepoint}`).catch(() => {});
-      await q.query(`RELEASE SAVEPOINT ${savepoint}`).catch(() => {});
+      // SAVEPOINT (no lock), the statement, RELEASE SAVEPOINT (keeps its row and locks) in ONE round
+      // trip, up to one Sync (see sendFlight): if SAVEPOINT fails the statement never runs, and if the
+      // statement fails the server discards the RELEASE behind it. 3 round trips → 1 on success
+      // (bench/pattern-flight).
+      const sent = await sendFlight<R>(db, {
+        opening: [`SAVEPOINT ${savepoint}`],
+        text,
+        values: params,
+        closing: [`RELEASE SAVEPOINT ${savepoint}`],
+      });
+      // SAVEPOINT (an aborted transaction) or RELEASE failed: classified below, as when they were sent
+      // on their own.
+      if (!sent.ok && sent.part !== 'statement') throw sent.error;
+      const result = await asResult(sent.ok ? Promise.resolve(sent.result) : Promise.reject(sent.error));
+      if (result.isOk()) return ok({ row: result.value.rows[0] });
+      // The statement failed: undo it (ROLLBACK TO releases the locks it took) and drop the savepoint,
+      // both in one round trip (a failed ROLLBACK TO aborts the transaction, so the RELEASE the server
+      // then discards would have failed too). Their errors are not the caller's: the statement's is.
+      await sendFlight(db, {
+        opening: [`ROLLBACK TO SAVEPOINT ${savepoint}`],
+        text: `RELEASE SAVEPOINT ${savepoint}`,
+        values: [],
+        closing: [],
+      });
       return err(result.error);
     };
     const conflicting = async (): Promise<Result<R[], DatabaseFailure>> => {

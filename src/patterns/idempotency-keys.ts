@@ -1,4 +1,5 @@
 import { err, errAsync, ok, type Result, ResultAsync } from 'neverthrow';
+import type pg from 'pg';
 import { z } from 'zod/v4';
 import { advisoryKey } from '../advisory/advisory-key.js';
 import {
@@ -10,6 +11,7 @@ import {
 } from '../errors/index.js';
 import { spanSchema } from '../tx/duration.js';
 import { isResult } from '../tx/is-result.js';
+import { sendFlight } from '../tx/send-flight.js';
 import type { ErrOf, OkOf, TxManager } from '../tx/tx-manager.js';
 import type { ConstraintErrors } from '../tx/tx-manager-options.js';
 import type { Tx } from '../tx/types.js';
@@ -193,24 +195,37 @@ export class IdempotencyKeys<C extends Record<string, unknown> = Record<never, n
     const fingerprint = parsed.value.fingerprint ?? null;
     const t = quoteName(this.table);
     const lockKey = digest(`key:${this.table}:${key}`);
+    // ROW EXCLUSIVE on the table; the primary key makes the key unique across all callers.
+    const insertSql = `INSERT INTO ${t} (key, fingerprint) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING RETURNING key`;
     const body = async (tx: Tx): Promise<Result<IdempotentResult<unknown>, unknown>> => {
-      if (this.onConcurrent === 'wait') {
-        // Waits while another transaction runs this key; released at our COMMIT/ROLLBACK.
-        await tx.query('SELECT pg_advisory_xact_lock($1::bigint)', [lockKey]);
-      } else {
+      let locked = false;
+      if (this.onConcurrent === 'fail') {
         // NOWAIT-style probe: false (not an error) when another transaction runs this key right now.
         const probe = await tx.query<{ got: boolean }>(
           'SELECT pg_try_advisory_xact_lock($1::bigint) AS got',
           [lockKey],
         );
         if (probe.rows[0]?.got !== true) return err(new InProgress(key));
+        locked = true;
       }
       for (let round = 1; round <= MAX_ROUNDS; round++) {
-        // ROW EXCLUSIVE on the table; the primary key makes the key unique across all callers.
-        const inserted = await tx.query(
-          `INSERT INTO ${t} (key, fingerprint) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING RETURNING key`,
-          [key, fingerprint],
-        );
+        let inserted: pg.QueryResult;
+        if (locked) {
+          inserted = await tx.query(insertSql, [key, fingerprint]);
+        } else {
+          // Waits while another transaction runs this key (released at our COMMIT/ROLLBACK), then the
+          // INSERT, in ONE round trip (with BEGIN too when it opens the transaction; see sendFlight):
+          // the INSERT runs only once the lock is held, as a statement of its own (its own snapshot).
+          const sent = await sendFlight(tx, {
+            opening: [{ text: 'SELECT pg_advisory_xact_lock($1::bigint)', values: [lockKey] }],
+            text: insertSql,
+            values: [key, fingerprint],
+            closing: [],
+          });
+          if (!sent.ok) throw sent.error;
+          inserted = sent.result;
+          locked = true;
+        }
         if ((inserted.rowCount ?? 0) === 1) return this.#runFirst(tx, key, fn);
         // Plain read of the committed key (we hold its advisory lock, so it is not changing).
         const found = await tx.query<{

@@ -19,6 +19,11 @@ import type pg from 'pg';
  * back (they produce no rows, only a CommandComplete each), so the result is exactly what
  * `client.query(config)` would have resolved with.
  *
+ * The same flight carries the patterns' own statements (send-flight.ts): statements behind the query's
+ * own too (a RELEASE SAVEPOINT), which run only once it has succeeded (a failing statement makes the
+ * server discard them up to the Sync), and statements with values ahead of it (an advisory lock). Their
+ * answers are held back as the opening's are; an error says which part it came from (`failedPart`).
+ *
  * Measured: with a 10 ms round trip, a one-statement `tm.do` takes 23.7 ms (two round trips) where a
  * hand-written `BEGIN; UPDATE; COMMIT` takes 34.9 ms; 8 loops with 1 ms each way, 1.40× the
  * hand-written loop (0.99× with BEGIN in its own round trip). On localhost with the server on the same
@@ -33,6 +38,8 @@ interface PgQuery {
   rows?: unknown;
   callback?: unknown;
   handleCommandComplete(message: unknown, connection: unknown): void;
+  handleDataRow(message: unknown): void;
+  handleEmptyQuery(connection: unknown): void;
   handleError(error: unknown, connection: unknown): void;
   handleReadyForQuery(connection: unknown): void;
   prepare(connection: unknown): void;
@@ -47,25 +54,44 @@ type PgQueryClass = new (
 ) => PgQuery;
 
 /**
+ * A statement written ahead of (opening) or behind (closing) the flight's own: its text, with the
+ * values it takes, if any (serialized by pg exactly as for a query of its own). Its answer is held back:
+ * only the flight's own statement has a result.
+ */
+export type FlightStatement = string | { readonly text: string; readonly values: readonly unknown[] };
+
+/**
+ * Which part of a flight an error came from: an opening statement (or the connection ended before they
+ * had all completed: the flight's own statement never ran), the flight's own statement, or a closing
+ * statement (the flight's own statement had completed).
+ */
+export type FlightPart = 'opening' | 'statement' | 'closing';
+
+/**
  * The flight as the attempt sees it: a promise of pg's result (a thenable, so that a client class
  * whose `query` wraps pg's and chains on what it returns, as instrumentation does, keeps working).
  */
 export interface FirstFlightQuery extends PromiseLike<pg.QueryResult> {
-  /** Set when the error came before BEGIN and every `SET LOCAL` had completed: the statement never ran. */
+  /** Set when the error came before every opening statement had completed: the statement never ran. */
   readonly beginFailed: boolean;
-  /** How many of the opening statements completed (1 or more: BEGIN ran). */
+  /** Where the error the flight rejected with came from; undefined while it has not failed. */
+  readonly failedPart: FlightPart | undefined;
+  /** How many of the opening statements completed. */
   readonly openingDone: number;
-  /** The statements written ahead of the query's own (BEGIN, then each SET LOCAL), in order. */
-  readonly opening: readonly string[];
+  /** The statements written ahead of the query's own (BEGIN, then each SET LOCAL …), in order. */
+  readonly opening: readonly FlightStatement[];
+  /** The statements written behind the query's own (a RELEASE SAVEPOINT …), in order. */
+  readonly closing: readonly FlightStatement[];
   catch(onRejected: (error: unknown) => unknown): Promise<unknown>;
   finally(onFinally: () => void): Promise<pg.QueryResult>;
 }
 
-/** Builds a flight: `(opening statements, the user's config, values)`. */
+/** Builds a flight: `(opening statements, the user's config, values, closing statements)`. */
 export type FirstFlightClass = new (
-  opening: readonly string[],
+  opening: readonly FlightStatement[],
   config: string | pg.QueryConfig,
   values: readonly unknown[] | undefined,
+  closing?: readonly FlightStatement[],
 ) => FirstFlightQuery;
 
 /** The messages a pg `Query` writes to its connection, recorded so they can be written in one flight. */
@@ -90,6 +116,11 @@ function recorder(calls: Recorded[]): Record<string, unknown> {
     parsedStatements: {},
     submittedNamedStatements: {},
   };
+}
+
+/** Writes a recorded message to the real connection. */
+function replay(con: Connection, call: Recorded): void {
+  (con[call.method] as (argument: unknown) => void).call(con, call.argument);
 }
 
 /** The pg connection methods a flight writes with. */
@@ -125,6 +156,8 @@ export function firstFlightClass(client: pg.PoolClient): FirstFlightClass | unde
     proto === undefined ||
     typeof proto.prepare !== 'function' ||
     typeof proto.handleCommandComplete !== 'function' ||
+    typeof proto.handleDataRow !== 'function' ||
+    typeof proto.handleEmptyQuery !== 'function' ||
     typeof proto.handleError !== 'function' ||
     typeof proto.handleReadyForQuery !== 'function' ||
     typeof (client as { connection?: { parse?: unknown } }).connection?.parse !== 'function'
@@ -137,19 +170,38 @@ export function firstFlightClass(client: pg.PoolClient): FirstFlightClass | unde
 }
 
 function defineFlight(Base: PgQueryClass): FirstFlightClass {
+  /**
+   * Writes a statement ahead of or behind the flight's own: Parse/Bind/Execute, unnamed statement and
+   * portal, no Describe (no row description for it).
+   */
+  const writeAround = (con: Connection, statement: FlightStatement): void => {
+    if (typeof statement === 'string') {
+      con.parse({ text: statement });
+      con.bind({});
+      con.execute({});
+      return;
+    }
+    // With values: what pg's own Query writes for it (the values serialized by pg's own mapper).
+    const calls: Recorded[] = [];
+    new Base(statement.text, [...statement.values], () => {}).prepare(recorder(calls));
+    for (const call of calls) if (call.method !== 'describe') replay(con, call);
+  };
+
   return class FirstFlight extends Base implements FirstFlightQuery {
-    readonly opening: readonly string[];
-    /** CommandCompletes still owed to the opening statements. */
-    #openingLeft: number;
+    readonly opening: readonly FlightStatement[];
+    readonly closing: readonly FlightStatement[];
+    /** CommandCompletes (or EmptyQueryResponses) received so far, of every part of the flight. */
+    #completed = 0;
     /** pg could not serialize a value while writing the flight: reported once the server has answered. */
     #bindError: unknown;
-    #beginFailed = false;
+    #failedPart: FlightPart | undefined;
     readonly #result: Promise<pg.QueryResult>;
 
     constructor(
-      opening: readonly string[],
+      opening: readonly FlightStatement[],
       config: string | pg.QueryConfig,
       values: readonly unknown[] | undefined,
+      closing: readonly FlightStatement[] = [],
     ) {
       let settle: (error: Error | null, result: unknown) => void = () => {};
       const result = new Promise<pg.QueryResult>((resolve, reject) => {
@@ -158,7 +210,7 @@ function defineFlight(Base: PgQueryClass): FirstFlightClass {
       super(config, values, (error, res) => settle(error, res));
       this.#result = result;
       this.opening = opening;
-      this.#openingLeft = opening.length;
+      this.closing = closing;
     }
 
     // biome-ignore lint/suspicious/noThenProperty: the flight is awaited like the promise pg's query returns.
@@ -178,11 +230,15 @@ function defineFlight(Base: PgQueryClass): FirstFlightClass {
     }
 
     get beginFailed(): boolean {
-      return this.#beginFailed;
+      return this.#failedPart === 'opening';
+    }
+
+    get failedPart(): FlightPart | undefined {
+      return this.#failedPart;
     }
 
     get openingDone(): number {
-      return this.opening.length - this.#openingLeft;
+      return Math.min(this.#completed, this.opening.length);
     }
 
     /** Always the extended protocol: a simple Query message cannot share a unit with the opening statements. */
@@ -193,41 +249,53 @@ function defineFlight(Base: PgQueryClass): FirstFlightClass {
     /**
      * Writes the opening statements (Parse/Bind/Execute each, unnamed statement and portal), then the
      * messages pg's own `prepare` writes for the statement (recorded, so the same on every pg version),
-     * then ONE Sync — all corked into one write.
+     * then the closing statements, then ONE Sync — all corked into one write.
      */
     override prepare(connection: unknown): void {
       const con = connection as Connection;
-      const calls: Recorded[] = [];
-      super.prepare(recorder(calls));
-      for (const text of this.opening) {
-        con.parse({ text });
-        con.bind({});
-        con.execute({});
-      }
+      const own: Recorded[] = [];
+      super.prepare(recorder(own));
       try {
-        for (const call of calls) (con[call.method] as (argument: unknown) => void).call(con, call.argument);
+        for (const statement of this.opening) writeAround(con, statement);
+        for (const call of own) replay(con, call);
+        for (const statement of this.closing) writeAround(con, statement);
       } catch (error) {
-        // A value pg cannot serialize (a throwing toPostgres …): nothing of the statement was bound. The
-        // Sync still closes the unit (BEGIN and the SET LOCALs run, as they did before the statement
+        // A value pg cannot serialize (a throwing toPostgres …): nothing from that statement on was
+        // bound. The Sync still closes the unit (the statements before it run, as they did when each
         // was sent on its own), and the error is reported at ReadyForQuery, in order.
         this.#bindError = error;
       }
       con.sync();
     }
 
+    /** Which part the server is answering now (for an error: the part that failed). */
+    #part(): FlightPart {
+      if (this.#completed < this.opening.length) return 'opening';
+      if (this.#completed === this.opening.length || this.closing.length === 0) return 'statement';
+      return 'closing';
+    }
+
+    override handleDataRow(message: unknown): void {
+      // Rows of an opening or closing statement (a SELECT pg_advisory_xact_lock(…)): not the result's.
+      if (this.#completed === this.opening.length) super.handleDataRow(message);
+    }
+
     override handleCommandComplete(message: unknown, connection: unknown): void {
-      if (this.#openingLeft > 0) {
-        // BEGIN's or a SET LOCAL's answer: no rows, nothing for the result.
-        this.#openingLeft -= 1;
-        return;
-      }
-      super.handleCommandComplete(message, connection);
+      // An opening or closing statement's answer: no rows, nothing for the result.
+      if (this.#completed++ === this.opening.length) super.handleCommandComplete(message, connection);
+    }
+
+    override handleEmptyQuery(connection: unknown): void {
+      if (this.#completed++ === this.opening.length) super.handleEmptyQuery(connection);
     }
 
     override handleError(error: unknown, connection: unknown): void {
-      // Before every opening statement completed: BEGIN or a SET LOCAL was refused (the statement
-      // behind it was discarded by the server), or the connection ended before they were answered.
-      if (this.#openingLeft > 0) this.#beginFailed = true;
+      // Before every opening statement completed: one was refused (everything behind it was discarded
+      // by the server), or the connection ended before they were answered. A row of the statement pg
+      // could not parse (a type parser that threw) is reported at ReadyForQuery, after the closing
+      // statements: it is the statement's (only its rows are parsed).
+      const rowError = (this as { _canceledDueToError?: unknown })._canceledDueToError;
+      this.#failedPart ??= rowError !== undefined && rowError !== false ? 'statement' : this.#part();
       super.handleError(error, connection);
     }
 
@@ -235,6 +303,7 @@ function defineFlight(Base: PgQueryClass): FirstFlightClass {
       if (this.#bindError !== undefined) {
         const error = this.#bindError;
         this.#bindError = undefined;
+        this.#failedPart ??= this.#part();
         super.handleError(error, connection);
         return;
       }

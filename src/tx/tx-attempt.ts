@@ -13,11 +13,14 @@ import {
 import {
   type FirstFlightClass,
   type FirstFlightQuery,
+  type FlightPart,
+  type FlightStatement,
   firstFlightClass,
   fitsFirstFlight,
 } from './first-flight.js';
 import type { HookRunner } from './hooks.js';
 import { commitFailure, type RetryMode } from './retryable.js';
+import type { FlightOutcome, FlightSpec } from './send-flight.js';
 import { controlStatements } from './transaction-control.js';
 import type { TransactionStatuses } from './transaction-status.js';
 import type { TxSettings } from './tx-options.js';
@@ -58,6 +61,13 @@ export interface AttemptScope {
 
 /** The query a scope sends: pg's text + values, or a config object. */
 type QueryArgs = readonly [text: string | pg.QueryConfig, values?: readonly unknown[] | undefined];
+
+/** Statements that travel with a query (see {@link TxAttempt.flight}), and where the flight failed. */
+interface Around {
+  readonly opening: readonly FlightStatement[];
+  readonly closing: readonly FlightStatement[];
+  failedPart?: FlightPart;
+}
 
 /**
  * Did COMMIT certainly NOT reach the server? True when pg refused to send it (the client already knew
@@ -107,8 +117,8 @@ export class TxAttempt {
    * flight (see first-flight.ts), or with nothing at all when the callback sends nothing.
    */
   #opening: readonly string[] | undefined;
-  /** The flight class of this client's pg, when BEGIN is deferred. */
-  #flight: FirstFlightClass | undefined;
+  /** The flight class of this client's pg (null: this client cannot write flights), once looked up. */
+  #flight: FirstFlightClass | null | undefined;
   /** BEGIN (or a SET LOCAL) sent in the first flight failed: how the attempt ends, as a failed begin did. */
   #beginEnd: AttemptEnd | undefined;
   /** The error the first flight's statement was refused with when BEGIN failed (later queries get it too). */
@@ -281,33 +291,72 @@ export class TxAttempt {
    * query of the attempt; followed by a check that it did not end the transaction.
    */
   query<R extends pg.QueryResultRow>(scope: AttemptScope, args: QueryArgs): Promise<pg.QueryResult<R>> {
+    const refusal = this.#refusal(scope, [args[0]]);
+    if (refusal !== undefined) return Promise.reject(refusal);
+    return this.#send<R>(args, true);
+  }
+
+  /**
+   * A query of a scope with statements ahead of and behind it, in ONE round trip (see
+   * first-flight.ts), refused and serialized as {@link TxAttempt.query} is — with BEGIN and its SET
+   * LOCALs ahead of all of them when BEGIN is still deferred. Undefined, and nothing is sent, when this
+   * client cannot write the flight (pg-native …) or the statement cannot travel in one: the caller
+   * sends the statements one by one.
+   */
+  flight<R extends pg.QueryResultRow>(
+    scope: AttemptScope,
+    spec: FlightSpec,
+  ): Promise<FlightOutcome<R>> | undefined {
+    if (!fitsFirstFlight(spec.text, spec.values) || this.#flightClass() === undefined) return undefined;
+    const texts = [...spec.opening, spec.text, ...spec.closing].map((s) =>
+      typeof s === 'string' ? s : s.text,
+    );
+    const refusal = this.#refusal(scope, texts);
+    if (refusal !== undefined) return Promise.resolve({ ok: false, part: 'opening', error: refusal });
+    const around: Around = { opening: spec.opening, closing: spec.closing };
+    return this.#send<R>([spec.text, spec.values], true, around).then(
+      (result) => ({ ok: true, result }),
+      (error: unknown) => ({ ok: false, part: around.failedPart ?? 'opening', error }),
+    );
+  }
+
+  /**
+   * Why a scope may not send these statements now (nothing is sent): the attempt is closed, doomed or
+   * misused, or a `nested` scope's savepoint is open that `scope` is not inside of, or a statement
+   * would end the transaction or break its savepoints.
+   */
+  #refusal(scope: AttemptScope, texts: readonly (string | pg.QueryConfig)[]): unknown {
     if (this.#closed) {
-      return Promise.reject(
-        new TxUsageError(
-          'transaction-closed',
-          `the transaction${scope.name ? ` "${scope.name}"` : ''} has ended; a Tx must not be used after its callback returned`,
-        ),
+      return new TxUsageError(
+        'transaction-closed',
+        `the transaction${scope.name ? ` "${scope.name}"` : ''} has ended; a Tx must not be used after its callback returned`,
       );
     }
-    if (this.#misuse) return Promise.reject(this.#misuse);
-    if (this.#beginEnd !== undefined) return Promise.reject(this.#beginError);
-    if (this.#doom) return Promise.reject(this.#doom);
+    if (this.#misuse) return this.#misuse;
+    if (this.#beginEnd !== undefined) return this.#beginError;
+    if (this.#doom) return this.#doom;
     const innermost = this.#open.at(-1);
     if (innermost !== undefined && !scope.within(innermost)) {
-      return Promise.reject(
-        this.#misused(
-          new TxUsageError(
-            'concurrent-scope',
-            'a query of one scope was sent while a concurrent nested scope of the same transaction had its ' +
-              'SAVEPOINT open: it would have run inside that savepoint (and been rolled back with it). ' +
-              'Await each scope of a transaction before starting the next one.',
-          ),
+      return this.#misused(
+        new TxUsageError(
+          'concurrent-scope',
+          'a query of one scope was sent while a concurrent nested scope of the same transaction had its ' +
+            'SAVEPOINT open: it would have run inside that savepoint (and been rolled back with it). ' +
+            'Await each scope of a transaction before starting the next one.',
         ),
       );
     }
-    const refusal = this.#refuseControl(args[0]);
-    if (refusal !== undefined) return Promise.reject(this.#misused(refusal));
-    return this.#send<R>(args, true);
+    for (const text of texts) {
+      const refused = this.#refuseControl(text);
+      if (refused !== undefined) return this.#misused(refused);
+    }
+    return undefined;
+  }
+
+  /** The flight class of this client's pg, or undefined when it cannot write flights. */
+  #flightClass(): FirstFlightClass | undefined {
+    if (this.#flight === undefined) this.#flight = firstFlightClass(this.client) ?? null;
+    return this.#flight ?? undefined;
   }
 
   /**
@@ -317,10 +366,8 @@ export class TxAttempt {
    * A callback that sends nothing sends nothing at all: no BEGIN, no COMMIT.
    */
   defer(statements: readonly string[]): boolean {
-    const flight = firstFlightClass(this.client);
-    if (flight === undefined) return false;
+    if (this.#flightClass() === undefined) return false;
     this.#begunAt = performance.now();
-    this.#flight = flight;
     this.#opening = statements;
     return true;
   }
@@ -498,7 +545,11 @@ export class TxAttempt {
    * pg rejects it with as this attempt's driver error, and — for a scope's query — checks that it did
    * not end the transaction.
    */
-  async #send<R extends pg.QueryResultRow>(args: QueryArgs, fromScope = false): Promise<pg.QueryResult<R>> {
+  async #send<R extends pg.QueryResultRow>(
+    args: QueryArgs,
+    fromScope = false,
+    around?: Around,
+  ): Promise<pg.QueryResult<R>> {
     // Wait for the query in flight, if any (FIFO): it hands the client over when it settles.
     if (this.#busy) await new Promise<void>((resolve) => this.#waiting.push(resolve));
     this.#busy = true;
@@ -506,7 +557,8 @@ export class TxAttempt {
       const opening = this.#opening;
       if (opening !== undefined) {
         this.#opening = undefined;
-        if (fitsFirstFlight(args[0], args[1])) return await this.#firstFlight<R>(opening, args, fromScope);
+        if (fitsFirstFlight(args[0], args[1]))
+          return await this.#flightNow<R>(opening, args, fromScope, around);
         // This statement cannot share the flight (see fitsFirstFlight): BEGIN goes on its own first.
         const failedBegin = await this.#sendBegin(opening);
         if (failedBegin !== undefined) {
@@ -515,6 +567,7 @@ export class TxAttempt {
           throw this.#beginError;
         }
       }
+      if (around !== undefined) return await this.#flightNow<R>([], args, fromScope, around);
       return await this.#sendNow<R>(args, fromScope);
     } finally {
       this.#handOver();
@@ -568,44 +621,56 @@ export class TxAttempt {
   }
 
   /**
-   * The first flight: BEGIN, its SET LOCALs and this statement in one round trip. The statement's
-   * result and error are pg's own. When BEGIN (or a SET LOCAL) failed, the statement never ran: the
-   * attempt records how it ends ({@link TxAttempt.beginEnd}) as a failed {@link TxAttempt.begin} did,
-   * and the caller gets the error.
+   * A flight: `begin` (BEGIN and its SET LOCALs when this is the attempt's first statement, else
+   * nothing), the statements `around` it travels with, and this statement, in one round trip. The
+   * statement's result and error are pg's own. When BEGIN (or a SET LOCAL) failed, nothing behind it
+   * ran: the attempt records how it ends ({@link TxAttempt.beginEnd}) as a failed
+   * {@link TxAttempt.begin} did, and the caller gets the error. `around.failedPart` tells where it failed.
    */
-  async #firstFlight<R extends pg.QueryResultRow>(
-    opening: readonly string[],
+  async #flightNow<R extends pg.QueryResultRow>(
+    begin: readonly string[],
     args: QueryArgs,
     fromScope: boolean,
+    around: Around | undefined,
   ): Promise<pg.QueryResult<R>> {
-    const Flight = this.#flight as FirstFlightClass;
+    const Flight = this.#flightClass() as FirstFlightClass;
+    const opening = around === undefined ? begin : [...begin, ...around.opening];
     let query: FirstFlightQuery;
     try {
       // A config object goes as a copy (see configOf): pg 8.11's Query writes into the object it gets.
       const [text, values] = args;
       query =
         typeof text === 'string'
-          ? new Flight(opening, text, values)
-          : new Flight(opening, configOf(text, values), undefined);
+          ? new Flight(opening, text, values, around?.closing)
+          : new Flight(opening, configOf(text, values), undefined, around?.closing);
     } catch (error) {
       // Nothing was sent (pg refused the config): BEGIN still goes with the next statement, never skipped.
-      this.#opening = opening;
+      if (begin.length > 0) this.#opening = begin;
       throw error;
     }
     try {
       // pg returns a Submittable as it was given: the flight itself, a promise of pg's own result.
       const result = (await this.client.query(query as unknown as pg.QueryConfig)) as pg.QueryResult<R>;
       this.#lastQueryFailed = false;
+      this.#openBeforeStatus = false;
       if (fromScope) this.#checkStillInTransaction();
       return result;
     } catch (error) {
+      const part = query.failedPart ?? 'opening';
+      if (around !== undefined) around.failedPart = part;
+      // Answered after any earlier flight's ReadyForQuery: the status is current again.
+      if (begin.length === 0) this.#openBeforeStatus = false;
       // BEGIN ran unless it was the opening statement that failed (the ones after it: SET LOCAL). When
       // the status still reads the 'I' from before BEGIN, its ReadyForQuery has not been read yet.
-      if ((!query.beginFailed || query.openingDone > 0) && this.#context.statuses.of(this.client) === 'I') {
+      if (
+        begin.length > 0 &&
+        (part !== 'opening' || query.openingDone > 0) &&
+        this.#context.statuses.of(this.client) === 'I'
+      ) {
         this.#openBeforeStatus = true;
       }
       const shown = this.#noteQueryError(error);
-      if (query.beginFailed) {
+      if (part === 'opening' && query.openingDone < begin.length) {
         const failure = this.failureOf(shown);
         this.#beginEnd =
           failure === undefined ? { type: 'defect', error: shown } : { type: 'failure', failure };

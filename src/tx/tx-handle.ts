@@ -1,5 +1,6 @@
 import type pg from 'pg';
 import { Mutex } from './mutex.js';
+import type { FlightOutcome, FlightSpec } from './send-flight.js';
 import type { AttemptScope, TxAttempt } from './tx-attempt.js';
 import { TxUsageError } from './tx-usage-error.js';
 import { type AfterCommit, type AfterRollback, type Isolation, TX, type Tx } from './types.js';
@@ -64,6 +65,14 @@ export class TxHandle implements Tx, AttemptScope {
     values?: readonly unknown[],
   ): Promise<pg.QueryResult<R>> {
     return this.#state.query<R>(this, [textOrConfig, values]);
+  }
+
+  /**
+   * @internal `spec` in one round trip on this scope (see `sendFlight`), or undefined when this
+   * client cannot write flights (then nothing was sent).
+   */
+  flight<R extends pg.QueryResultRow>(spec: FlightSpec): Promise<FlightOutcome<R>> | undefined {
+    return this.#state.flight<R>(this, spec);
   }
 
   /** @internal Is this scope `owner` itself, or a scope opened inside it? */

@@ -40,17 +40,25 @@ export function countingPool(
     // biome-ignore lint/suspicious/noExplicitAny: pg's query has many overloads; this only observes them.
     override query(...args: any[]): any {
       const first = args[0];
-      // The first statement of a transaction travels with BEGIN in one flight: the flight names its
-      // opening statements (BEGIN and the SET LOCALs, logged as the one text they used to be sent as).
-      const opening = (first as { opening?: unknown } | undefined)?.opening;
-      if (Array.isArray(opening)) {
-        const begin = opening.join('; ');
+      // A statement can travel with others in one flight (BEGIN and the SET LOCALs ahead of an
+      // attempt's first statement, a SAVEPOINT ahead and a RELEASE behind a pattern's): the flight
+      // names them; the opening is logged as the one text BEGIN and its settings used to be sent as.
+      const textOf = (s: unknown) => (typeof s === 'string' ? s : String((s as { text?: unknown }).text));
+      const { opening, closing } = (first ?? {}) as { opening?: unknown; closing?: unknown };
+      if (Array.isArray(opening) && opening.length > 0) {
+        const begin = opening.map(textOf).join('; ');
         log.texts.push(begin);
         onQuery(begin);
       }
       const text = typeof first === 'string' ? first : String((first as { text?: unknown })?.text);
       log.texts.push(text);
       onQuery(text);
+      if (Array.isArray(closing)) {
+        for (const statement of closing) {
+          log.texts.push(textOf(statement));
+          onQuery(textOf(statement));
+        }
+      }
       // biome-ignore lint/suspicious/noExplicitAny: forwards the exact arguments.
       return (super.query as any)(...args);
     }
