@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { Queue } from '../../src/queue/index.js';
+import { QUEUE_MIGRATIONS } from '../../src/queue/schema/queue-migrations.generated.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
 import { backendPid, expireLeases, leaks, queueClient, untilBlocked } from '../fixtures/queue-helpers.js';
 import { useTestDatabase } from '../helpers.js';
@@ -39,10 +40,11 @@ describe('migrate', () => {
     );
     const results = await Promise.all(queues.map((q) => q.migrate()));
     const applied = results.map((r) => r._unsafeUnwrap().applied.length);
-    expect(applied.filter((n) => n > 0)).toEqual([3]);
-    expect(results.every((r) => r._unsafeUnwrap().version === 3)).toBe(true);
+    const latest = QUEUE_MIGRATIONS.length;
+    expect(applied.filter((n) => n > 0)).toEqual([latest]);
+    expect(results.every((r) => r._unsafeUnwrap().version === latest)).toBe(true);
     const again = await queues[0]?.migrate();
-    expect(again?._unsafeUnwrap()).toEqual({ applied: [], version: 3 });
+    expect(again?._unsafeUnwrap()).toEqual({ applied: [], version: latest });
   });
 });
 

@@ -170,6 +170,35 @@ describe('0003 (a finite run_at, a non-empty group key)', () => {
     });
     expect((await recorded(schema)).map((m) => m.version)).toEqual([1, 2]);
     await pool.query(`UPDATE ${s}.jobs SET run_at = now() WHERE NOT isfinite(run_at)`);
-    expect((await queueOn(schema).migrate())._unsafeUnwrap()).toEqual({ applied: [3], version: 3 });
+    const rest = QUEUE_MIGRATIONS.filter((m) => m.version >= 3).map((m) => m.version);
+    expect((await queueOn(schema).migrate())._unsafeUnwrap()).toEqual({
+      applied: rest,
+      version: QUEUE_MIGRATIONS.length,
+    });
+  });
+});
+
+describe('0004 (the claim floor)', () => {
+  it('a schema of 0003 with pending jobs migrates; the previous claim still runs beside the new one', async () => {
+    const schema = `q_up_${++seq}`;
+    const s = pg.escapeIdentifier(schema);
+    (
+      await migrateQueue(
+        pool,
+        schema,
+        {},
+        QUEUE_MIGRATIONS.filter((m) => m.version <= 3),
+      )
+    )._unsafeUnwrap();
+    const queue = queueOn(schema);
+    for (const to of ['a', 'b', 'c']) (await queue.enqueue(pool, 'email', { to }))._unsafeUnwrap();
+    expect((await queue.migrate())._unsafeUnwrap()).toEqual({ applied: [4], version: 4 });
+    // A worker of the previous version during a rolling deploy: the three-argument claim.
+    const old = await pool.query<{ payload: { to: string } }>(
+      `SELECT payload FROM ${s}.claim_jobs(1, 30000, ARRAY['email'])`,
+    );
+    expect(old.rows.map((r) => r.payload.to)).toEqual(['a']);
+    const claimed = (await queue.claim({ batch: 10 }))._unsafeUnwrap();
+    expect(claimed.map((j) => j.payload.to)).toEqual(['b', 'c']);
   });
 });
