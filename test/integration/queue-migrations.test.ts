@@ -199,6 +199,6 @@ describe('0004 (the claim floor)', () => {
     );
     expect(old.rows.map((r) => r.payload.to)).toEqual(['a']);
     const claimed = (await queue.claim({ batch: 10 }))._unsafeUnwrap();
-    expect(claimed.map((j) => j.payload.to)).toEqual(['b', 'c']);
+    expect(claimed.map((j) => j.payload)).toEqual([{ to: 'b' }, { to: 'c' }]);
   });
 });
