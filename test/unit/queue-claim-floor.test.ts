@@ -1,10 +1,10 @@
 // The claim floor's rules (src/queue/store/claim-floor.ts), on a clock the test moves: when a claim is a
 // sweep, where the floor goes after each claim, and how far apart the sweeps are.
 import { describe, expect, it } from 'vitest';
-import { ClaimFloor, type ClaimOutcome } from '../../src/queue/store/claim-floor.js';
+import { ClaimFloor, type ClaimOutcome, type FloorKey } from '../../src/queue/store/claim-floor.js';
 
 const TASKS = ['a'];
-const SWEEP = [Number.NEGATIVE_INFINITY, '0'];
+const SWEEP: FloorKey = [Number.NEGATIVE_INFINITY, '0'];
 const at = 1_000_000;
 const outcome = (o: Partial<ClaimOutcome>): ClaimOutcome => ({
   walked: 0,
