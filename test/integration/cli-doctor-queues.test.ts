@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { QUEUE_MIGRATIONS } from '../../src/queue/schema/queue-migrations.generated.js';
 import { queueInEveryState } from '../fixtures/queue-states.js';
 import { useTestDatabase } from '../helpers.js';
 import { runMain } from './cli-support.js';
@@ -23,7 +24,7 @@ describe('pg-txkit doctor: queue health', () => {
     const q = queues[0];
     expect(q).toMatchObject({
       schema: 'doc_q',
-      version: 3,
+      version: QUEUE_MIGRATIONS.length,
       pending: { count: 4, exact: true },
       ready: { count: 3, exact: true },
       running: { count: 2, exact: true },
@@ -43,7 +44,8 @@ describe('pg-txkit doctor: queue health', () => {
     expect(r.stdout).toContain('Blocking tree (root blockers first)');
     expect(r.stdout).toContain('Queues');
     expect(r.stdout).toMatch(/schema\s+version\s+pending\s+ready\s+running\s+expired\s+dead\s+oldest ready/);
-    expect(r.stdout).toMatch(/doc_q2\s+3\s+4\s+3\s+2\s+1\s+2\s+6\d s/);
+    const latest = QUEUE_MIGRATIONS.length;
+    expect(r.stdout).toMatch(new RegExp(`doc_q2\\s+${latest}\\s+4\\s+3\\s+2\\s+1\\s+2\\s+6\\d s`));
     expect(r.stdout).not.toMatch(/doc_q\s/);
     expect(r.stdout).toMatch(/✖ doc_q2: the oldest ready job waits for \d+ s/);
     expect(r.stdout).toMatch(/! doc_q2: 2 dead job\(s\)/);

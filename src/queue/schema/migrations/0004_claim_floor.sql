@@ -22,8 +22,8 @@
 -- src/queue/store/claim-floor.ts): a key below which every ready pending job it could claim has been
 -- claimed, except the ones a later sweep finds (jobs committed by a transaction that started long
 -- before, jobs enqueued with a run_at in the past, a job another statement held locked). from_at
--- '-infinity' is a sweep: the claim from the front, as before. The old three-argument claim_jobs is kept
--- for a worker of the previous version still running during a rolling deploy.
+-- '-infinity' is a sweep: the claim from the front, as before. The three-argument claim_jobs stays, for a
+-- worker of the previous version still running during a rolling deploy: it becomes that sweep (below).
 -- Locks: those of claim_jobs (FOR UPDATE SKIP LOCKED on the chosen pending rows, FOR UPDATE on the
 -- groups of the claimed jobs in key order), held until the calling autocommit statement ends.
 -- Plan: the ordered index scan of jobs_claimable (enable_sort = off, as claim_jobs), with the row
@@ -100,4 +100,15 @@ AS $$
     SELECT 1 FROM {{schema}}.jobs
      WHERE state = 'pending' AND priority > after_priority AND run_at <= now() AND task = ANY(tasks)
        AND (run_at, id) >= (from_at, from_id) AND (run_at, id) < (to_at, to_id))
+$$;
+
+-- The three-argument claim of migration 0001, as a sweep of the claim above: one body for both, and a
+-- worker of the previous version gets the lease UPDATE's fixed plan too. Same signature: CREATE OR
+-- REPLACE keeps the function's grants; no lock on the tables (a claim running meanwhile finishes on the
+-- old body). Locks and plan: those of the claim above.
+CREATE OR REPLACE FUNCTION {{schema}}.claim_jobs(n integer, lease_ms double precision, tasks text[])
+  RETURNS SETOF {{schema}}.jobs
+  LANGUAGE sql VOLATILE
+AS $$
+  SELECT * FROM {{schema}}.claim_jobs(n, lease_ms, tasks, '-infinity'::timestamptz, 0::bigint)
 $$;
