@@ -6,9 +6,10 @@
  * it dead, and neither happens while a session holds the MVCC horizon back (a REPEATABLE READ
  * transaction left open, a session idle in transaction, a replication slot, a long pg_dump). A claim
  * read from the front then walks, and visits the heap for, every job claimed since: its cost grows with
- * the jobs claimed (under a held snapshot, a claim that finds nothing read 5 shared buffers after 200 jobs
- * claimed, 146 after 5,000; from the floor 5 and 7: test/integration/queue-claim-floor.test.ts). A claim that starts at a floor, a key (run_at, id) below
- * which every ready pending job it could claim has been claimed already, reads only what lies past it.
+ * the jobs claimed (under a held snapshot, a claim that finds nothing read 5 shared buffers after 200
+ * jobs claimed, 146 after 5,000; from the floor 5 and 7: test/integration/queue-claim-floor.test.ts). A
+ * claim that starts at a floor, a key (run_at, id) below which every ready pending job it could claim has
+ * been claimed already, reads only what lies past it.
  *
  * The floor moves up after each claim, to the smaller of:
  * - `now() - slackMs` of the claim (when it took fewer jobs than it asked for, every visible ready job
@@ -17,7 +18,7 @@
  * - the smallest key (run_at, id) the claim took, when no ready job of a later priority lies between the
  *   old floor and that key (the claim reads the priorities in order and stops in the last one it took
  *   from; `claim_floor_behind` checks the later ones, one index probe when a single priority is in use).
- * It never moves down, except at a sweep: a claim from the front (every `sweepMs` at most), which takes
+ * It never moves down, except at a sweep: a claim from the front (see below for how often), which takes
  * what fell below the floor (the stragglers: a job whose enqueuing transaction stayed open more than
  * slackMs, a job enqueued with a run_at in the past, a job another statement held locked while a claim
  * passed it) and computes the floor afresh.
@@ -35,9 +36,9 @@
  *
  * @example
  * const floor = new ClaimFloor();
- * const [fromAt, fromId] = floor.start(['email']);
- * // … claim with (fromAt, fromId), then:
- * floor.record(['email'], 100, { fromAt, fromId }, result);
+ * const from = floor.start(['email']); // [run_at as epoch ms, id]: the claim's $4 and $5
+ * // … claim up to 100 jobs from there, then, with what the claim statement reported:
+ * floor.record(['email'], 100, from, { walked, claimed, atMs, smallest, behind });
  */
 export class ClaimFloor {
   readonly #slackMs: number;
