@@ -21,7 +21,7 @@ const TASKS = ['work'];
 let seq = 0;
 
 /** A migrated queue, and a store on it whose floor runs on `clock`. */
-async function storeOn(floor: { sweepMs?: number; clock: () => number }) {
+async function storeOn(floor: { clock: () => number }) {
   const schema = `q_floor_${++seq}`;
   const queue = new Queue({ pool, txManager: new TxManager(pool), schema, tasks });
   (await queue.migrate())._unsafeUnwrap();
@@ -65,14 +65,18 @@ async function claimAndComplete(s: Setup, batch: number) {
  * what a claim reads to find out, every entry it walks. On one connection, after six claims of none
  * there: their catalog reads and the plans the connection caches are not the claim's cost.
  */
-async function claimBuffers(s: Setup, batch: number): Promise<number> {
+async function claimBuffers(s: Setup, batch: number) {
   const from = s.claimFloor.start(TASKS);
+  const [text, values] =
+    from === undefined
+      ? [s.sql.claim, [batch, 60_000, TASKS]]
+      : [s.sql.claimMeasured, [batch, 60_000, TASKS, ...from]];
   const client = await pool.connect();
   try {
     const explain = async (n: number) => {
       const r = await client.query<{ 'QUERY PLAN': { Plan: Record<string, number> }[] }>(
-        `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${s.sql.claim}`,
-        [n, 60_000, TASKS, ...from],
+        `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${text}`,
+        [n, ...values.slice(1)],
       );
       const plan = r.rows[0]?.['QUERY PLAN'][0]?.Plan;
       if (plan === undefined) throw new Error('no plan');
@@ -107,14 +111,16 @@ const ROUNDS = 50; // 5,000 jobs claimed and completed
 /**
  * Runs the scenario: the horizon held, ROUNDS batches enqueued, claimed and completed by the store; the
  * claim's buffers measured after the 2nd round (200 jobs claimed) and after the last (5,000).
+ * `sweepNext` moves the floor's clock so that the claim after the 21st round is a sweep.
  */
-async function scenario(s: Setup) {
+async function scenario(s: Setup, sweepNext: () => void) {
   await holdHorizon();
   let early = 0;
   for (let round = 0; round < ROUNDS; round++) {
     await enqueue(s.schema, round * BATCH, BATCH);
     expect(await claimAndComplete(s, BATCH)).toHaveLength(BATCH);
     if (round === 1) early = await claimBuffers(s, BATCH);
+    if (round === 20) sweepNext();
   }
   const late = await claimBuffers(s, BATCH);
   return { early, late };
@@ -122,8 +128,11 @@ async function scenario(s: Setup) {
 
 describe('the claim while a snapshot holds the horizon back', () => {
   it('costs no more after 5,000 jobs claimed than after 200 (the claim floor)', async () => {
-    const s = await storeOn({ clock: () => 0 });
-    const { early, late } = await scenario(s);
+    let now = 0;
+    const s = await storeOn({ clock: () => now });
+    const { early, late } = await scenario(s, () => {
+      now += 3_600_000;
+    });
     // Measured: 5 after 200 jobs claimed, 7 after 5,000 (the naive control below: 5 → 146).
     expect(late).toBeLessThanOrEqual(2 * early + 8);
   });
@@ -132,40 +141,47 @@ describe('the claim while a snapshot holds the horizon back', () => {
     // A clock that jumps an hour at every reading: every claim is a sweep.
     let now = 0;
     const s = await storeOn({ clock: () => (now += 3_600_000) });
-    const { early, late } = await scenario(s);
+    const { early, late } = await scenario(s, () => {});
     expect(late).toBeGreaterThan(2 * early + 8);
     expect(late).toBeGreaterThan(10 * early);
   });
 });
 
-/** Holds the horizon and claims 2,000 jobs: the sweeps read more entries than they take, the floor is in use. */
-async function floorInUse(s: Setup) {
+/**
+ * Holds the horizon and claims 2,000 jobs, then moves the clock an hour: the sweep that follows reads
+ * more entries than it takes, and puts the floor in use.
+ */
+async function floorInUse(s: Setup, clock: { t: number }) {
   await holdHorizon();
   for (let round = 0; round < 20; round++) {
     await enqueue(s.schema, round * BATCH, BATCH);
     await claimAndComplete(s, BATCH);
   }
-  expect(s.claimFloor.start(TASKS)[0]).toBeGreaterThan(Number.NEGATIVE_INFINITY);
+  clock.t += 3_600_000;
+  await enqueue(s.schema, 20 * BATCH, BATCH);
+  await claimAndComplete(s, BATCH);
+  expect(s.claimFloor.start(TASKS)?.[0]).toBeGreaterThan(Number.NEGATIVE_INFINITY);
 }
 
 describe('what the floor leaves behind, and who takes it', () => {
   it('a job enqueued below the floor waits for the next sweep, which takes it first', async () => {
-    let now = 0;
-    const s = await storeOn({ sweepMs: 1_000, clock: () => now });
-    await floorInUse(s);
+    const clock = { t: 0 };
+    const s = await storeOn({ clock: () => clock.t });
+    await floorInUse(s, clock);
     // Below the floor: a run_at older than every job claimed (as from a transaction that started
     // long before, or an explicit run_at in the past).
     const [straggler] = await enqueue(s.schema, -10, 1);
     const after = await enqueue(s.schema, 10_000, 3);
     expect(await claimAndComplete(s, 10)).toEqual(after);
     expect(await claimAndComplete(s, 10)).toEqual([]);
-    now += 1_000;
+    clock.t += 1_000;
     expect(await claimAndComplete(s, 10)).toEqual([straggler]);
   });
 
   it('a claim that stopped in a better priority does not move the floor past a later priority', async () => {
-    const s = await storeOn({ clock: () => 0 });
-    await floorInUse(s);
+    const clock = { t: 0 };
+    const s = await storeOn({ clock: () => clock.t });
+    await floorInUse(s, clock);
     // Priority 5 waits with older run_at than the priority 0 jobs claimed first.
     const later = await enqueue(s.schema, 10_000, 3, 5);
     const better = await enqueue(s.schema, 20_000, 4, 0);
@@ -174,20 +190,25 @@ describe('what the floor leaves behind, and who takes it', () => {
   });
 
   it('a better priority enqueued after the floor moved is claimed first', async () => {
-    const s = await storeOn({ clock: () => 0 });
-    await floorInUse(s);
+    const clock = { t: 0 };
+    const s = await storeOn({ clock: () => clock.t });
+    await floorInUse(s, clock);
     const normal = await enqueue(s.schema, 10_000, 3, 0);
     const urgent = await enqueue(s.schema, 10_001, 2, -1);
     expect(await claimAndComplete(s, 10)).toEqual([...urgent, ...normal]);
   });
 
   it('without a held snapshot the floor is never used: every claim is in claim order', async () => {
-    const s = await storeOn({ clock: () => 0 });
+    const clock = { t: 0 };
+    const s = await storeOn({ clock: () => clock.t });
     for (let round = 0; round < 20; round++) {
       await enqueue(s.schema, round * BATCH, BATCH);
       await claimAndComplete(s, BATCH);
+      clock.t += 1_000; // every claim a sweep, measured
     }
-    expect(s.claimFloor.start(TASKS)[0]).toBe(Number.NEGATIVE_INFINITY);
+    expect(s.claimFloor.start(TASKS)).toEqual([Number.NEGATIVE_INFINITY, '0']);
+    clock.t -= 1;
+    expect(s.claimFloor.start(TASKS)).toBeUndefined();
     const [old] = await enqueue(s.schema, -10, 1);
     expect(await claimAndComplete(s, 10)).toEqual([old]);
   });

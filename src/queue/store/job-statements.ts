@@ -129,12 +129,19 @@ export class JobStatements implements ClaimStore, SettleStore, LeaseStore, Progr
     const params = [o.batch, o.lease, o.tasks];
     if (this.#limits === undefined) {
       const from = this.#floor.start(o.tasks);
-      return runTuples<FloorClaimedRow>(this.#pool, this.#sql.claim, [...params, ...from]).map((res) => {
-        const row = res.rows[0];
-        if (row === undefined) return { jobs: [], waitMs: undefined };
-        this.#floor.record(o.tasks, o.batch, from, floorOutcome(row));
-        return { jobs: jobsFromClaim([row[0], row[1], row[2], row[3]]), waitMs: undefined };
-      });
+      if (from === undefined)
+        return runTuples<ClaimedRow>(this.#pool, this.#sql.claim, params).map((res) => ({
+          jobs: jobsFromClaim(res.rows[0]),
+          waitMs: undefined,
+        }));
+      return runTuples<FloorClaimedRow>(this.#pool, this.#sql.claimMeasured, [...params, ...from]).map(
+        (res) => {
+          const row = res.rows[0];
+          if (row === undefined) return { jobs: [], waitMs: undefined };
+          this.#floor.record(o.tasks, o.batch, from, floorOutcome(row));
+          return { jobs: jobsFromClaim([row[0], row[1], row[2], row[3]]), waitMs: undefined };
+        },
+      );
     }
     const limited = [...params, this.#limits];
     return runTuples<LimitedClaimedRow>(this.#pool, this.#sql.claimLimited, limited).map((res) => {

@@ -8,6 +8,7 @@ import { archiveInsert, freeSlots, perGroup } from './settle-steps.js';
  */
 export interface QueueStatements {
   readonly claim: string;
+  readonly claimMeasured: string;
   readonly claimLimited: string;
   readonly complete: string;
   readonly completeUngrouped: string;
@@ -62,19 +63,25 @@ export function queueStatements(
       SELECT (SELECT coalesce(array_agg(id::text), '{}') FROM done) AS ids${grouped ? `, ${woke}` : ''}`;
   return {
     // The claim: ONE statement (MATERIALIZED CTE with FOR UPDATE SKIP LOCKED, then UPDATE … RETURNING)
-    // inside the function claim_jobs of migration 0004 (that of 0001 with a lower bound), which pins its
-    // plan (enable_sort = off) so stale statistics can never turn it into a sort of the whole backlog.
-    // Locks and plan choice are explained there: FOR UPDATE row locks on the chosen pending rows, SKIP
-    // LOCKED, held only for this autocommit statement; the lease (token + expiry) marks the job as taken
-    // afterwards. It keeps the group counters true (a grouped job it claims counts as running).
-    // ($4, $5): the claim floor, run_at as epoch ms and id (see claim-floor.ts; -Infinity: from the
-    // front). After the jobs, what the floor needs: the entries of jobs_claimable the claim read (the
-    // server's count for its statistics, read before the claim, b, which the LATERAL call waits for, and
-    // after it, in the select list evaluated after the aggregates' input: no lock, no I/O; the count
-    // runs on between two flushes of the statistics, hence the difference), its now(), the smallest key
-    // it took, and claim_floor_behind (a snapshot read, no lock: one index probe with a single priority
-    // in use). LEFT JOIN: one row when nothing was claimed too (an empty claim can walk far).
+    // inside the function claim_jobs of migration 0004 (that of 0001 with a lower bound, here none: from
+    // the front), which pins its plan (enable_sort = off) so stale statistics can never turn it into a
+    // sort of the whole backlog. Locks and plan choice are explained there: FOR UPDATE row locks on the
+    // chosen pending rows, SKIP LOCKED, held only for this autocommit statement; the lease (token +
+    // expiry) marks the job as taken afterwards. It keeps the group counters true (a grouped job it claims
+    // counts as running).
     claim: `
+      SELECT ${claimedAggregates('')}
+        FROM ${s}.claim_jobs($1::int, $2::float8, $3::text[], '-infinity'::timestamptz, 0::bigint) AS j`,
+    // The claim with what the claim floor needs (see claim-floor.ts): from ($4, $5), the floor, run_at as
+    // epoch ms and id (-Infinity: from the front, a sweep). After the jobs: the entries of jobs_claimable
+    // it read (the server's count for its statistics, read before the claim, b, which the LATERAL call
+    // waits for, and after it, in the select list evaluated after the aggregates' input: no lock, no I/O;
+    // the count runs on between two flushes of the statistics, hence the difference), its now(), the
+    // smallest key it took, and claim_floor_behind (a snapshot read, no lock: one index probe with a
+    // single priority in use). LEFT JOIN: one row when nothing was claimed too (an empty claim can walk
+    // far). Same locks as claim. Its extra steps cost about half a plain claim's server CPU (measured on a
+    // claim of 16): the worker sends it only while the floor is in use, and once a second otherwise.
+    claimMeasured: `
       SELECT ${claimedAggregates(' FILTER (WHERE j.id IS NOT NULL)')},
              ${readCount} - max(b.read_before) AS walked,
              count(j.id) AS claimed, floor(extract(epoch FROM now()) * 1000) AS at_ms,
