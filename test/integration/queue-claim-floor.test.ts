@@ -6,7 +6,7 @@
 // claim (the claim from the front, as before the floor), whose cost grows with the jobs claimed.
 // Counts, not times: the floor's clock is the test's.
 import type pg from 'pg';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, inject, it } from 'vitest';
 import { z } from 'zod';
 import { Queue } from '../../src/queue/index.js';
 import { ClaimFloor } from '../../src/queue/store/claim-floor.js';
@@ -126,6 +126,16 @@ async function scenario(s: Setup, sweepNext: () => void) {
   return { early, late };
 }
 
+/**
+ * The property, after 4,800 more jobs claimed. PostgreSQL 18 starts the index scan at the floor (skip scan
+ * over the priorities): the claim reads what it read before. Before 18 the floor is checked on each index
+ * tuple as it is read: the entries behind it are still read from the index's leaf pages (hundreds to a
+ * page) but no heap page is visited for them: at most one more buffer per 100 jobs claimed.
+ */
+function bounded(early: number, late: number): boolean {
+  return inject('pgMajor') >= 18 ? late <= 2 * early + 8 : late <= early + 4_800 / 100;
+}
+
 describe('the claim while a snapshot holds the horizon back', () => {
   it('costs no more after 5,000 jobs claimed than after 200 (the claim floor)', async () => {
     let now = 0;
@@ -133,8 +143,9 @@ describe('the claim while a snapshot holds the horizon back', () => {
     const { early, late } = await scenario(s, () => {
       now += 3_600_000;
     });
-    // Measured: 5 after 200 jobs claimed, 7 after 5,000 (the naive control below: 5 → 146).
-    expect(late).toBeLessThanOrEqual(2 * early + 8);
+    // Measured: PostgreSQL 18, 5 after 200 jobs claimed and 7 after 5,000; 14 and 17, 12 and 36. The
+    // naive control below: 5 → 146 (18), 12 → 153 (14, 17).
+    expect({ early, late, bounded: bounded(early, late) }).toMatchObject({ bounded: true });
   });
 
   it('naive control: sweeping at every claim, the cost grows with the jobs claimed', async () => {
@@ -142,7 +153,7 @@ describe('the claim while a snapshot holds the horizon back', () => {
     let now = 0;
     const s = await storeOn({ clock: () => (now += 3_600_000) });
     const { early, late } = await scenario(s, () => {});
-    expect(late).toBeGreaterThan(2 * early + 8);
+    expect({ early, late, bounded: bounded(early, late) }).toMatchObject({ bounded: false });
     expect(late).toBeGreaterThan(10 * early);
   });
 });

@@ -31,8 +31,8 @@
 -- starts each one at (from_at, from_id): the entries before the floor are never read (measured on a bare
 -- table of the same index, 5,000 dead entries before the floor: 6 shared buffers and 2 index searches
 -- from the floor, 112 buffers from the front). Before 18, the condition is checked on the index tuples as
--- they are read: the dead entries are still read from the index's pages, but no heap page is visited for
--- them.
+-- they are read: the dead entries are still read from the index's leaf pages, but no heap page is visited
+-- for them (the test above on 14 and 17: 12 buffers after 200 jobs, 36 after 5,000; 153 from the front).
 -- enable_seqscan = off: the lease UPDATE finds the locked rows by address (ctid = ANY(…), a TID scan),
 -- but PostgreSQL 18 keeps a SQL function's plan for the connection, and a plan made while the table was
 -- nearly empty chose a sequential scan with a filter on ctid, which it then ran for every claim on that
