@@ -9,6 +9,10 @@
 // Env: PGTXKIT_CPU_JOBS (default 20000), PGTXKIT_CPU_ROUNDS (default 5), PGTXKIT_CPU_ONLY=txkit,raw,
 // PGTXKIT_CPU_PROF=<dir> (a CPU profile of each burn-down's measured part into that folder), PGTXKIT_CPU_BASE=<a dist
 // folder> (adds the contender txkit-base: that build of pg-txkit, e.g. a copy of dist/ before a change).
+// A contender named with '+held' (txkit+held, txkit-base+held, raw+held) burns down while another session
+// holds a REPEATABLE READ snapshot open (from before 'go' to the empty table): the MVCC horizon is held
+// back, as by a long report query or a session idle in transaction; its capacity ÷ the same contender's
+// without, round by round, is reported below the table.
 import { fork } from 'node:child_process';
 import { loadavg } from 'node:os';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -71,7 +75,9 @@ async function prepare(system) {
 }
 
 let profiles = 0;
-async function burnDown(system) {
+async function burnDown(contender) {
+  const held = contender.endsWith('+held');
+  const system = held ? contender.slice(0, -'+held'.length) : contender;
   const someLeft = await prepare(system);
   const proc = fork(child, [], {
     env: {
@@ -81,7 +87,7 @@ async function burnDown(system) {
       BENCH_URL: db.url,
       BENCH_CONFIG: 'defaults',
       BENCH_CONCURRENCY: '8',
-      ...(PROF === undefined ? {} : { BENCH_PROF: `${PROF}/${system}-${++profiles}.cpuprofile` }),
+      ...(PROF === undefined ? {} : { BENCH_PROF: `${PROF}/${contender}-${++profiles}.cpuprofile` }),
     },
     stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
   });
@@ -92,6 +98,13 @@ async function burnDown(system) {
       if (typeof m?.cpuUs === 'number') resolve(m);
     }),
   );
+  // The snapshot holder: its own connection (not the pool's two), its snapshot taken before 'go'.
+  const holder = held ? new pg.Client({ connectionString: db.url }) : undefined;
+  if (holder !== undefined) {
+    await holder.connect();
+    await holder.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
+    await holder.query('SELECT 1');
+  }
   const s0 = serverCpu();
   const t0 = performance.now();
   proc.send('go');
@@ -101,6 +114,7 @@ async function burnDown(system) {
   }
   const seconds = (performance.now() - t0) / 1000;
   const s1 = serverCpu();
+  if (holder !== undefined) await holder.end();
   proc.send('stop');
   const { cpuUs, warmCpuUs, warmJobs } = await cpu;
   await exited;
@@ -131,15 +145,24 @@ try {
   );
   console.log('| contender | worker CPU µs/job | warm (from its 5,000th job) | server CPU µs/job | jobs/s |');
   console.log('|---|---:|---:|---:|---:|');
-  for (const [system, rs] of results) {
-    const label = {
-      txkit: 'pg-txkit, worker defaults',
-      'txkit-base': `pg-txkit from ${BASE}, worker defaults`,
-      raw: 'bare SKIP LOCKED loop',
-    }[system];
+  for (const [contender, rs] of results) {
+    const system = contender.replace(/\+held$/, '');
+    const label = `${
+      {
+        txkit: 'pg-txkit, worker defaults',
+        'txkit-base': `pg-txkit from ${BASE}, worker defaults`,
+        raw: 'bare SKIP LOCKED loop',
+      }[system]
+    }${contender.endsWith('+held') ? ', snapshot held' : ''}`;
     console.log(
       `| ${label} | ${span(rs.map((r) => r.workerUs))} | ${span(rs.map((r) => r.warmUs))} | ${span(rs.map((r) => r.serverUs))} | ${span(rs.map((r) => r.jobsPerSec))} |`,
     );
+  }
+  for (const [contender, rs] of results) {
+    const without = results.get(contender.replace(/\+held$/, ''));
+    if (!contender.endsWith('+held') || without === undefined) continue;
+    const ratios = rs.map((r, i) => r.jobsPerSec / (without[i]?.jobsPerSec ?? Number.NaN));
+    console.log(`${contender}: capacity with the snapshot held ÷ without, same round: ${span(ratios, 2)}`);
   }
 } finally {
   await pool.end();

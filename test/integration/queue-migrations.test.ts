@@ -206,3 +206,28 @@ describe('0004 (a non-empty unique key)', () => {
     expect(job).toMatchObject({ key: null, payload: { to: 'a' } });
   });
 });
+
+describe('0005 (the claim floor)', () => {
+  it('a schema of 0004 with pending jobs migrates; the previous claim still runs beside the new one', async () => {
+    const schema = `q_up_${++seq}`;
+    const s = pg.escapeIdentifier(schema);
+    (
+      await migrateQueue(
+        pool,
+        schema,
+        {},
+        QUEUE_MIGRATIONS.filter((m) => m.version <= 4),
+      )
+    )._unsafeUnwrap();
+    const queue = queueOn(schema);
+    for (const to of ['a', 'b', 'c']) (await queue.enqueue(pool, 'email', { to }))._unsafeUnwrap();
+    expect((await queue.migrate())._unsafeUnwrap()).toEqual({ applied: [5], version: 5 });
+    // A worker of the previous version during a rolling deploy: the three-argument claim.
+    const old = await pool.query<{ payload: { to: string } }>(
+      `SELECT payload FROM ${s}.claim_jobs(1, 30000, ARRAY['email'])`,
+    );
+    expect(old.rows.map((r) => r.payload.to)).toEqual(['a']);
+    const claimed = (await queue.claim({ batch: 10 }))._unsafeUnwrap();
+    expect(claimed.map((j) => j.payload)).toEqual([{ to: 'b' }, { to: 'c' }]);
+  });
+});

@@ -10,6 +10,7 @@ import {
   jobsFromClaim,
   type LimitedClaimedRow,
 } from '../job.js';
+import { ClaimFloor, type FloorKey } from './claim-floor.js';
 import {
   type ClaimedBatch,
   type ClaimStore,
@@ -50,6 +51,19 @@ function partitionCompleted(jobs: readonly JobLease[], done: ReadonlySet<string>
   return { completed, lost };
 }
 
+/** What the plain claim's row says for its floor. */
+function floorOutcome(row: Readonly<FloorClaimedRow>) {
+  const smallest: FloorKey | undefined =
+    row[7] === null || row[8] === null ? undefined : [Number(row[7]), row[8]];
+  return {
+    walked: Number(row[4]),
+    claimed: Number(row[5]),
+    atMs: Number(row[6]),
+    smallest,
+    behind: row[9] === 't',
+  };
+}
+
 /** Whether any of `jobs` has a group (the statement then needs the steps that give group slots back). */
 function anyGrouped(jobs: readonly ClaimedLease[]): boolean {
   for (const job of jobs) if (job.group !== null) return true;
@@ -66,7 +80,20 @@ export interface JobStatementsConfig {
   readonly limits: string | undefined;
   /** Whether completions take over the group slots they free (limits declared, concurrency only). */
   readonly takesOver: boolean;
+  /** Where the plain claim starts (default: a new {@link ClaimFloor}; tests give one with their clock). */
+  readonly floor?: ClaimFloor | undefined;
 }
+
+/** The plain claim's row: the jobs, then what its floor needs (see queue-sql.ts, `claim`). */
+type FloorClaimedRow = [
+  ...ClaimedRow,
+  walked: string,
+  claimed: string,
+  atMs: string,
+  minAtMs: string | null,
+  minId: string | null,
+  behind: string,
+];
 
 /**
  * The statements that move a job through its lease: claim, complete, fail, extend, release, reap and
@@ -85,6 +112,7 @@ export class JobStatements implements ClaimStore, SettleStore, LeaseStore, ReapS
   readonly #sql: QueueStatements;
   readonly #limits: string | undefined;
   readonly #takesOver: boolean;
+  readonly #floor: ClaimFloor;
 
   /** Holds the statements of one queue schema; sends nothing. */
   constructor(config: JobStatementsConfig) {
@@ -92,6 +120,7 @@ export class JobStatements implements ClaimStore, SettleStore, LeaseStore, ReapS
     this.#sql = config.sql;
     this.#limits = config.limits;
     this.#takesOver = config.takesOver;
+    this.#floor = config.floor ?? new ClaimFloor();
   }
 
   /** Claims up to `batch` runnable jobs of `tasks` in one statement, each leased for `lease` ms. */
@@ -102,10 +131,20 @@ export class JobStatements implements ClaimStore, SettleStore, LeaseStore, ReapS
   }): ResultAsync<ClaimedBatch, DatabaseFailure> {
     const params = [o.batch, o.lease, o.tasks];
     if (this.#limits === undefined) {
-      return runTuples<ClaimedRow>(this.#pool, this.#sql.claim, params).map((res) => ({
-        jobs: jobsFromClaim(res.rows[0]),
-        waitMs: undefined,
-      }));
+      const from = this.#floor.start(o.tasks);
+      if (from === undefined)
+        return runTuples<ClaimedRow>(this.#pool, this.#sql.claim, params).map((res) => ({
+          jobs: jobsFromClaim(res.rows[0]),
+          waitMs: undefined,
+        }));
+      return runTuples<FloorClaimedRow>(this.#pool, this.#sql.claimMeasured, [...params, ...from]).map(
+        (res) => {
+          const row = res.rows[0];
+          if (row === undefined) return { jobs: [], waitMs: undefined };
+          this.#floor.record(o.tasks, o.batch, from, floorOutcome(row));
+          return { jobs: jobsFromClaim([row[0], row[1], row[2], row[3]]), waitMs: undefined };
+        },
+      );
     }
     const limited = [...params, this.#limits];
     return runTuples<LimitedClaimedRow>(this.#pool, this.#sql.claimLimited, limited).map((res) => {
