@@ -193,14 +193,20 @@ process.on('message', async (message) => {
       (await import('node:fs')).writeFileSync(process.env.BENCH_PROF, JSON.stringify(profile));
     }
     const warm = cpuAtWarm === undefined ? undefined : process.cpuUsage(cpuAtWarm);
-    process.send?.({
-      cpuUs: cpu.user + cpu.system,
-      jobs,
-      warmCpuUs: warm === undefined ? 0 : warm.user + warm.system,
-      warmJobs: warm === undefined ? 0 : jobs - jobsAtWarm,
-      ...(latency ? { enqueuedAt, startedAt } : {}),
-    });
-    void stop()
+    // Sent before the process exits: a big report (the latencies) is still being written when send returns.
+    const sent = new Promise((resolve) =>
+      process.send?.(
+        {
+          cpuUs: cpu.user + cpu.system,
+          jobs,
+          warmCpuUs: warm === undefined ? 0 : warm.user + warm.system,
+          warmJobs: warm === undefined ? 0 : jobs - jobsAtWarm,
+          ...(latency ? { enqueuedAt, startedAt } : {}),
+        },
+        resolve,
+      ),
+    );
+    void Promise.all([sent, stop()])
       .catch((e) => process.stderr.write(`stop failed: ${e}\n`))
       .finally(() => process.exit(0));
   }
