@@ -12,7 +12,13 @@ const { pool, url } = await useTestDatabase();
 async function churn(schema: string, n: number): Promise<void> {
   const queue = new Queue({ pool, txManager: new TxManager(pool), schema, tasks: { noop: z.object({}) } });
   (await queue.migrate())._unsafeUnwrap();
-  (await queue.enqueueMany(pool, 'noop', Array.from({ length: n }, () => ({}))))._unsafeUnwrap();
+  (
+    await queue.enqueueMany(
+      pool,
+      'noop',
+      Array.from({ length: n }, () => ({})),
+    )
+  )._unsafeUnwrap();
   let ran = 0;
   let allRan = () => {};
   const done = new Promise<void>((resolve) => {
@@ -62,7 +68,9 @@ describe('pg-txkit doctor: what holds the MVCC horizon back', () => {
     try {
       await holder.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
       await holder.query('SELECT 1');
-      const pid = String((await holder.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]?.pid);
+      const pid = String(
+        (await holder.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]?.pid,
+      );
       await churn('hz_q', 300);
       // Vacuum cannot remove what the snapshot may still see: every claimed (updated) and settled
       // (deleted) row version of the 300 jobs stays.
@@ -94,7 +102,9 @@ describe('pg-txkit doctor: what holds the MVCC horizon back', () => {
       const text = await runMain(['doctor', '--url', url, '--horizon-age', '0s']);
       expect(text.code).toBe(1);
       expect(text.stdout).toMatch(
-        new RegExp(`MVCC horizon held for \\S+( \\S+)? by session ${pid} \\(nightly report, idle in transaction; xmin \\d+`),
+        new RegExp(
+          `MVCC horizon held for \\S+( \\S+)? by session ${pid} \\(nightly report, idle in transaction; xmin \\d+`,
+        ),
       );
 
       // The default threshold (1 min) is not reached by a snapshot this young.
