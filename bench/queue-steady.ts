@@ -20,7 +20,8 @@
 // Env: PGTXKIT_BENCH_STEADY_RATE (jobs/s, 2000), PGTXKIT_BENCH_STEADY_SECONDS (90; 15 for a quick run),
 // PGTXKIT_BENCH_STEADY_ROUNDS (3), PGTXKIT_BENCH_STEADY_WINDOW (5), PGTXKIT_BENCH_STEADY_VARIANTS
 // (steady,held-snapshot). Standalone: `npm run build && npm run build:bench && node
-// dist-bench/bench/queue-steady.js`.
+// dist-bench/bench/queue-steady.js`, with pg_stat_statements preloaded: then each contender's statements
+// are listed with their calls and execution time per job (not CPU time: waits count too).
 import { type ChildProcess, fork } from 'node:child_process';
 import { loadavg } from 'node:os';
 import { pathToFileURL } from 'node:url';
@@ -121,6 +122,45 @@ interface RunResult {
   readonly maxDeadTuples: number;
   /** Jobs whose handler never started before DRAIN_MS after the producer stopped. */
   readonly notStarted: number;
+  /** The statements' executions over the whole run but its first window (pg_stat_statements), if loaded. */
+  readonly statements: readonly StatementCost[] | undefined;
+}
+
+/** One statement's share of the run, from pg_stat_statements (execution time, not CPU: it counts waits too). */
+interface StatementCost {
+  readonly query: string;
+  readonly callsPerJob: number;
+  /** total_exec_time ÷ jobs. */
+  readonly execUsPerJob: number;
+  readonly meanMs: number;
+}
+
+/** Whether pg_stat_statements is preloaded on the server (then its view is created if missing). */
+async function statementsAvailable(pool: pg.Pool): Promise<boolean> {
+  const r = await pool.query<{ libs: string }>('SELECT current_setting($1) AS libs', [
+    'shared_preload_libraries',
+  ]);
+  if (!/\bpg_stat_statements\b/.test(r.rows[0]?.libs ?? '')) return false;
+  await pool.query('CREATE EXTENSION IF NOT EXISTS pg_stat_statements');
+  return true;
+}
+
+/** The statements run in this database since the last reset, as cost per job of `jobs` jobs. */
+async function statementCosts(pool: pg.Pool, jobs: number): Promise<StatementCost[]> {
+  const r = await pool.query<{ query: string; calls: string; total_ms: number; mean_ms: number }>(
+    `SELECT regexp_replace(query, '\\s+', ' ', 'g') AS query, calls, total_exec_time AS total_ms, mean_exec_time AS mean_ms
+       FROM pg_stat_statements
+      WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+        AND query NOT LIKE '%pg_stat_statements%'
+      ORDER BY total_exec_time DESC
+      LIMIT 12`,
+  );
+  return r.rows.map((row) => ({
+    query: row.query.slice(0, 140),
+    callsPerJob: Number(row.calls) / jobs,
+    execUsPerJob: (row.total_ms * 1000) / jobs,
+    meanMs: row.mean_ms,
+  }));
 }
 
 const wallClock = () => performance.timeOrigin + performance.now();
@@ -250,6 +290,7 @@ async function steadyRun(
   pool: pg.Pool,
   serverCpu: () => number | undefined,
   signal: AbortSignal,
+  withStatements: boolean,
 ): Promise<RunResult> {
   const producer = await prepare(contender, url, pool);
   // Not timed: what the previous run left goes now, not during this one.
@@ -306,11 +347,16 @@ async function steadyRun(
         if (wait > 0) await sleep(wait);
         if (!sampling) break;
         samples.push(await sample(pool, contender, serverCpu));
+        if (w === 1 && withStatements) await pool.query('SELECT pg_stat_statements_reset()');
       }
     })();
     const sent = await produce(producer.enqueue, SECONDS * 1000, signal);
     sampling = false;
     await sampler;
+    const afterFirst = samples[1]?.at ?? Number.POSITIVE_INFINITY;
+    const statements = withStatements
+      ? await statementCosts(pool, sent.filter((t) => t >= afterFirst).length)
+      : undefined;
     // The last jobs: wait until the worker ran them all (or DRAIN_MS).
     const drainUntil = performance.now() + DRAIN_MS;
     for (;;) {
@@ -371,6 +417,7 @@ async function steadyRun(
       tableBytes: last.tableBytes,
       maxDeadTuples: Math.max(...windows.map((w) => w.deadTuples)),
       notStarted: sent.length - enqueuedAt.length,
+      statements,
     };
   } finally {
     await holder?.query('COMMIT').catch(() => {});
@@ -413,6 +460,7 @@ export async function run({
   pool.on('error', () => {});
   try {
     const serverCpu = await (await loadServerCpuReader())(pool);
+    const withStatements = await statementsAvailable(pool);
     const results = new Map<string, RunResult[]>();
     const key = (c: Contender, v: Variant) => `${v}/${c.id}`;
     const load0 = loadavg()[0] ?? 0;
@@ -424,7 +472,7 @@ export async function run({
         for (const contender of order) {
           if (signal.aborted) throw new Error('interrupted');
           onProgress(done++, total);
-          const r = await steadyRun(contender, variant, url, pool, serverCpu, signal);
+          const r = await steadyRun(contender, variant, url, pool, serverCpu, signal, withStatements);
           results.set(key(contender, variant), [...(results.get(key(contender, variant)) ?? []), r]);
         }
       }
@@ -483,6 +531,18 @@ export async function run({
       for (const c of CONTENDERS) {
         const last = (results.get(key(c, variant)) ?? []).at(-1);
         if (last === undefined) continue;
+        if (last.statements !== undefined) {
+          lines.push(
+            '',
+            `${variant}, ${c.name}, last round, its statements (pg_stat_statements, top level; execution time, waits included), whole run but the first window:`,
+            '| statement | calls/job | µs/job | mean ms |',
+            '|---|---:|---:|---:|',
+            ...last.statements.map(
+              (st) =>
+                `| \`${st.query.replaceAll('|', '\\|')}\` | ${fmt(st.callsPerJob, 3)} | ${fmt(st.execUsPerJob, 1)} | ${fmt(st.meanMs, 3)} |`,
+            ),
+          );
+        }
         lines.push('', `${variant}, ${c.name}, last round, per ${WINDOW_MS / 1000} s window:`);
         lines.push(
           '| window | jobs | p50 ms | p99 ms | server CPU µs/job | WAL bytes/job | commits/job | table+indexes MB | dead tuples |',
@@ -499,7 +559,11 @@ export async function run({
     const notes =
       `steady state: a producer at ${fmt(RATE)} jobs/s (one job per statement, ${PRODUCER_CONNECTIONS} connections), one worker process × concurrency ${CONCURRENCY}, ` +
       `${ROUNDS} interleaved rounds of ${SECONDS} s, ${WINDOW_MS / 1000} s windows; server CPU from /proc (postmaster + backends, autovacuum included); ` +
-      `the ratio column is graphile-worker's server CPU per job ÷ the contender's; load average ${load0.toFixed(2)} → ${load1.toFixed(2)}`;
+      `the ratio column is graphile-worker's server CPU per job ÷ the contender's; ` +
+      (withStatements
+        ? 'per statement: pg_stat_statements; '
+        : 'per statement: pg_stat_statements is not preloaded on this server (run standalone: node dist-bench/bench/queue-steady.js); ') +
+      `load average ${load0.toFixed(2)} → ${load1.toFixed(2)}`;
     process.stdout.write(`${lines.join('\n')}\n\n${notes}\n`);
     return {
       name: 'queue-steady',
@@ -512,9 +576,10 @@ export async function run({
   }
 }
 
-// Standalone: node dist-bench/bench/queue-steady.js (starts the embedded PostgreSQL).
+// Standalone: node dist-bench/bench/queue-steady.js (starts the embedded PostgreSQL, with
+// pg_stat_statements preloaded for the statements' costs).
 if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  const server = await startPostgres();
+  const server = await startPostgres({ settings: { shared_preload_libraries: 'pg_stat_statements' } });
   const db = await createTestDatabase(server.url, { prefix: 'bench' });
   try {
     await run({

@@ -89,6 +89,9 @@ export function renderQueueHealth(
         '  OK: no expired lease, no dead job, no lag, no bloat, nothing holds the horizon back.',
       ),
     );
+  out.push(
+    '  (counts are exact below the cap, shown with + at it; tuples and size are statistics estimates)',
+  );
   for (const h of holders) {
     const held = h.ageMs === null ? '' : ` for ${age(h.ageMs)}`;
     const query = h.query === null || h.kind !== 'session' ? '' : `: ${h.query}`;
@@ -96,8 +99,5 @@ export function renderQueueHealth(
       `  MVCC horizon held${held} by ${h.kind} ${h.id} (${h.detail}; xmin ${h.xmin}, ${h.xidAge} transactions old)${query}`,
     );
   }
-  out.push(
-    '  (counts are exact below the cap, shown with + at it; tuples and size are statistics estimates)',
-  );
   return out.join('\n');
 }
