@@ -24,15 +24,21 @@
 // are listed with their calls and execution time per job (not CPU time: waits count too).
 import { type ChildProcess, fork } from 'node:child_process';
 import { loadavg } from 'node:os';
-import { pathToFileURL } from 'node:url';
 import { makeWorkerUtils, type WorkerUtils } from 'graphile-worker';
 import pg from 'pg';
 import { z } from 'zod';
+import type { BenchModule } from '../src/cli/bench.js';
 import { Queue } from '../src/queue/index.js';
-import { startPostgres } from '../src/testing/start-postgres.js';
-import { createTestDatabase } from '../src/testing/test-database.js';
 import { TxManager } from '../src/tx/tx-manager.js';
-import { benchFile, fmt, loadServerCpuReader, median, quantile, spread } from './support/queue-bench.js';
+import {
+  benchFile,
+  fmt,
+  loadServerCpuReader,
+  median,
+  quantile,
+  runStandalone,
+  spread,
+} from './support/queue-bench.js';
 
 const envNumber = (name: string, fallback: number): number => {
   const raw = process.env[name];
@@ -436,21 +442,12 @@ async function steadyRun(
 const ms = (n: number) => fmt(n, 1);
 
 /** The steady-state queue benchmark (npm run bench -- --only queue-steady). */
-export async function run({
-  url,
-  onProgress,
-  signal = new AbortController().signal,
-}: {
-  url: string;
-  durationMs: number;
-  onProgress(done: number, total: number): void;
-  signal?: AbortSignal;
-}): Promise<{
-  name: string;
-  baseline: string;
-  rows: { name: string; opsPerSec: number; ratio: number }[];
-  notes: string;
-}> {
+export const run: BenchModule['run'] = async ({ url, onProgress, signal }) => {
+  // The whole-run figures leave the first window out: there must be another one.
+  if (SECONDS * 1000 < 2 * WINDOW_MS)
+    throw new Error(
+      `PGTXKIT_BENCH_STEADY_SECONDS (${SECONDS}) must cover two windows of PGTXKIT_BENCH_STEADY_WINDOW (${WINDOW_MS / 1000} s) at least`,
+    );
   const variants = (process.env.PGTXKIT_BENCH_STEADY_VARIANTS?.split(',') ?? [...VARIANTS]).map((v) => {
     const known = VARIANTS.find((k) => k === v.trim());
     if (known === undefined) throw new Error(`PGTXKIT_BENCH_STEADY_VARIANTS: unknown variant '${v}'`);
@@ -574,21 +571,8 @@ export async function run({
   } finally {
     await pool.end();
   }
-}
+};
 
 // Standalone: node dist-bench/bench/queue-steady.js (starts the embedded PostgreSQL, with
 // pg_stat_statements preloaded for the statements' costs).
-if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  const server = await startPostgres({ settings: { shared_preload_libraries: 'pg_stat_statements' } });
-  const db = await createTestDatabase(server.url, { prefix: 'bench' });
-  try {
-    await run({
-      url: db.url,
-      durationMs: 0,
-      onProgress: (done, total) => process.stderr.write(`run ${done}/${total}\r`),
-    });
-  } finally {
-    await db.drop().catch(() => {});
-    await server.stop();
-  }
-}
+await runStandalone(import.meta.url, run, { settings: { shared_preload_libraries: 'pg_stat_statements' } });

@@ -24,16 +24,22 @@
 // txkit-held,graphile-fresh,graphile-held.
 import { type ChildProcess, fork } from 'node:child_process';
 import { loadavg } from 'node:os';
-import { pathToFileURL } from 'node:url';
 import { makeWorkerUtils } from 'graphile-worker';
 import pg from 'pg';
 import PgBoss from 'pg-boss';
 import { z } from 'zod';
+import type { BenchModule } from '../src/cli/bench.js';
 import { Queue } from '../src/queue/index.js';
-import { startPostgres } from '../src/testing/start-postgres.js';
-import { createTestDatabase } from '../src/testing/test-database.js';
 import { TxManager } from '../src/tx/tx-manager.js';
-import { benchFile, chunks, fmt, loadServerCpuReader, median, quantile } from './support/queue-bench.js';
+import {
+  benchFile,
+  chunks,
+  fmt,
+  loadServerCpuReader,
+  median,
+  quantile,
+  runStandalone,
+} from './support/queue-bench.js';
 
 /** Jobs per burn-down. */
 const JOBS = Number(process.env.PGTXKIT_BENCH_QUEUE_JOBS ?? 50_000);
@@ -425,21 +431,7 @@ async function latencyAt100PerSec(pool: pg.Pool): Promise<{ p50: number; p99: nu
 }
 
 /** The queue benchmark (npm run bench). */
-export async function run({
-  url,
-  onProgress,
-  signal = new AbortController().signal,
-}: {
-  url: string;
-  durationMs: number;
-  onProgress(done: number, total: number): void;
-  signal?: AbortSignal;
-}): Promise<{
-  name: string;
-  baseline: string;
-  rows: { name: string; opsPerSec: number; ratio: number }[];
-  notes: string;
-}> {
+export const run: BenchModule['run'] = async ({ url, onProgress, signal }) => {
   const pool = new pg.Pool({ connectionString: url, max: 4 });
   pool.on('error', () => {});
   try {
@@ -529,20 +521,7 @@ export async function run({
   } finally {
     await pool.end();
   }
-}
+};
 
 // Standalone: node dist-bench/bench/queue.js (starts the embedded PostgreSQL unless DATABASE_URL is set).
-if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  const server = await startPostgres();
-  const db = await createTestDatabase(server.url, { prefix: 'bench' });
-  try {
-    await run({
-      url: db.url,
-      durationMs: 0,
-      onProgress: (done, total) => process.stderr.write(`round ${done}/${total}\r`),
-    });
-  } finally {
-    await db.drop().catch(() => {});
-    await server.stop();
-  }
-}
+await runStandalone(import.meta.url, run, {});

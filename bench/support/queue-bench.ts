@@ -1,8 +1,11 @@
 // What the queue benchmarks share (bench/queue.ts, bench/queue-steady.ts): where the worker process and
-// the /proc reader live, the server CPU reader, quantiles and number formatting.
+// the /proc reader live, the server CPU reader, quantiles and number formatting, the standalone run.
 import { existsSync } from 'node:fs';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import type pg from 'pg';
+import type { BenchModule } from '../../src/cli/bench.js';
+import { type StartPostgresOptions, startPostgres } from '../../src/testing/start-postgres.js';
+import { createTestDatabase } from '../../src/testing/test-database.js';
 
 /**
  * A file of bench/queue/, found from the sources (bench/support/) or from the build
@@ -83,3 +86,32 @@ export const spread = (values: readonly number[], digits = 0) =>
  */
 export const chunks = <T>(items: readonly T[], size: number): T[][] =>
   Array.from({ length: Math.ceil(items.length / size) }, (_, i) => items.slice(i * size, (i + 1) * size));
+
+/**
+ * Runs a benchmark module's `run` on its own when `moduleUrl` is the script node was started with
+ * (`node dist-bench/bench/queue.js`): an embedded PostgreSQL started with `server`'s options, a fresh
+ * database, progress on stderr; both dropped at the end.
+ *
+ * @example
+ * await runStandalone(import.meta.url, run, {});
+ */
+export async function runStandalone(
+  moduleUrl: string,
+  run: BenchModule['run'],
+  server: StartPostgresOptions,
+): Promise<void> {
+  if (process.argv[1] === undefined || moduleUrl !== pathToFileURL(process.argv[1]).href) return;
+  const started = await startPostgres(server);
+  const db = await createTestDatabase(started.url, { prefix: 'bench' });
+  try {
+    await run({
+      url: db.url,
+      durationMs: 0,
+      onProgress: (done, total) => process.stderr.write(`${done}/${total}\r`),
+      signal: new AbortController().signal,
+    });
+  } finally {
+    await db.drop().catch(() => {});
+    await started.stop();
+  }
+}
