@@ -135,6 +135,7 @@ async function horizonOf(pool: pg.Pool, options: DoctorOptions): Promise<Horizon
   const holders = await horizonHolders(pool, {
     minAgeMs: options.horizonAgeMs ?? 60_000,
     minXidAge: HORIZON_SLOT_XIDS,
+    redact: options.redact,
   });
   if (holders.isErr()) throw holders.error;
   return holders.value;

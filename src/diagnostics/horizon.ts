@@ -2,6 +2,7 @@ import type { ResultAsync } from 'neverthrow';
 import type { DatabaseFailure } from '../errors/errors.js';
 import { runQuery } from '../patterns/run-query.js';
 import type { Db } from '../tx/types.js';
+import { redactQuery, truncateQuery } from './redact-query.js';
 
 /**
  * Something that holds the MVCC horizon of the connected database back: while it lasts, no row version
@@ -31,7 +32,7 @@ export interface HorizonHolder {
   readonly user: string | null;
   /** The session's application_name and state ('idle in transaction' …), the slot's type and whether it is active. */
   readonly detail: string;
-  /** The session's current (or last) query, truncated; null otherwise or when hidden. */
+  /** The session's current (or last) query, truncated (and redacted when asked); null otherwise. */
   readonly query: string | null;
 }
 
@@ -41,7 +42,12 @@ export interface HorizonOptions {
   readonly minAgeMs: number;
   /** A replication slot whose xmin is at least this many transaction ids old is reported (a slot keeps no time). */
   readonly minXidAge: number;
+  /** Replace the literals of the sessions' queries with `$?` (as the lock report's `redact`). */
+  readonly redact: boolean;
 }
+
+/** What pg_stat_activity shows for another role's query without pg_read_all_stats. */
+const HIDDEN = '<insufficient privilege>';
 
 interface HolderRow {
   kind: HorizonHolder['kind'];
@@ -66,7 +72,7 @@ const HORIZON_SQL = `
            (extract(epoch FROM clock_timestamp() - coalesce(a.xact_start, a.query_start, a.backend_start)) * 1000)::float8 AS age_ms,
            a.datname::text AS database, a.usename::text AS "user",
            concat_ws(', ', nullif(a.application_name, ''), a.state) AS detail,
-           left(regexp_replace(a.query, '\\s+', ' ', 'g'), 200) AS query
+           a.query
       FROM pg_stat_activity a
      CROSS JOIN LATERAL (SELECT CASE WHEN a.backend_xid IS NOT NULL
                                       AND (a.backend_xmin IS NULL OR age(a.backend_xid) > age(a.backend_xmin))
@@ -97,7 +103,7 @@ const HORIZON_SQL = `
  * the queue"). Sessions of other roles show no query without `pg_read_all_stats` (or `pg_monitor`).
  *
  * @example
- * const holders = await horizonHolders(pool, { minAgeMs: 60_000, minXidAge: 100_000 });
+ * const holders = await horizonHolders(pool, { minAgeMs: 60_000, minXidAge: 100_000, redact: true });
  * if (holders.isOk()) for (const h of holders.value) console.log(h.kind, h.id, h.ageMs);
  */
 export function horizonHolders(
@@ -114,7 +120,10 @@ export function horizonHolders(
       database: r.database,
       user: r.user,
       detail: r.detail,
-      query: r.query,
+      query:
+        r.query === null || r.query === HIDDEN
+          ? r.query
+          : truncateQuery(options.redact ? redactQuery(r.query) : r.query, 200),
     })),
   );
 }

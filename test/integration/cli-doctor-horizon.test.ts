@@ -48,6 +48,7 @@ async function deadTuplesAfterVacuum(schema: string): Promise<number> {
 
 interface Holder {
   kind: string;
+  query: string | null;
   id: string;
   detail: string;
   ageMs: number | null;
@@ -66,11 +67,12 @@ describe('pg-txkit doctor: what holds the MVCC horizon back', () => {
     const holder = new pg.Client({ connectionString: url, application_name: 'nightly report' });
     await holder.connect();
     try {
-      await holder.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
-      await holder.query('SELECT 1');
       const pid = String(
         (await holder.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]?.pid,
       );
+      await holder.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
+      // Its snapshot is taken by this statement, the last it sent.
+      await holder.query("SELECT 'card 4242' AS secret");
       await churn('hz_q', 300);
       // Vacuum cannot remove what the snapshot may still see: every claimed (updated) and settled
       // (deleted) row version of the 300 jobs stays.
@@ -106,6 +108,11 @@ describe('pg-txkit doctor: what holds the MVCC horizon back', () => {
           `MVCC horizon held for \\S+( \\S+)? by session ${pid} \\(nightly report, idle in transaction; xmin \\d+`,
         ),
       );
+
+      expect(held?.query).toBe("SELECT 'card 4242' AS secret");
+      const redacted = await runMain(['doctor', '--json', '--url', url, '--horizon-age', '0s', '--redact']);
+      const hidden = (JSON.parse(redacted.stdout) as { horizon: { id: string; query: string }[] }).horizon;
+      expect(hidden.find((h) => h.id === pid)?.query).toBe('SELECT $? AS secret');
 
       // The default threshold (1 min) is not reached by a snapshot this young.
       const young = await runMain(['doctor', '--json', '--url', url]);
