@@ -195,16 +195,18 @@ process.on('message', async (message) => {
     const warm = cpuAtWarm === undefined ? undefined : process.cpuUsage(cpuAtWarm);
     // Sent before the process exits: a big report (the latencies) is still being written when send returns.
     const sent = new Promise((resolve) =>
-      process.send?.(
-        {
-          cpuUs: cpu.user + cpu.system,
-          jobs,
-          warmCpuUs: warm === undefined ? 0 : warm.user + warm.system,
-          warmJobs: warm === undefined ? 0 : jobs - jobsAtWarm,
-          ...(latency ? { enqueuedAt, startedAt } : {}),
-        },
-        resolve,
-      ),
+      process.send === undefined
+        ? resolve()
+        : process.send(
+            {
+              cpuUs: cpu.user + cpu.system,
+              jobs,
+              warmCpuUs: warm === undefined ? 0 : warm.user + warm.system,
+              warmJobs: warm === undefined ? 0 : jobs - jobsAtWarm,
+              ...(latency ? { enqueuedAt, startedAt } : {}),
+            },
+            resolve,
+          ),
     );
     void Promise.all([sent, stop()])
       .catch((e) => process.stderr.write(`stop failed: ${e}\n`))
