@@ -1,7 +1,8 @@
 // The queue's plans on a table that was never ANALYZEd: a freshly migrated queue given a backlog runs
-// before autovacuum's first ANALYZE, with no statistics at all. Every statement a worker sends (the
-// claim with the statements inside its functions, the completions, the reaper, the heartbeat) must
-// reach the jobs through an index, never a sequential scan of the backlog. Checked on the PLANS the
+// before autovacuum's first ANALYZE, with no statistics at all. Every statement a worker sends while it
+// burns the backlog down (the claim with the statements inside its functions, the completions, the
+// reaper every 200 ms; no heartbeat: no-op jobs end long before a lease is a third old) must reach the
+// jobs through an index, never a sequential scan of the backlog. Checked on the PLANS the
 // server chose while a real worker burns the backlog down (auto_explain, sent to the client as NOTICEs),
 // never on times.
 import pg from 'pg';
