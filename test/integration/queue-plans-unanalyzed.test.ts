@@ -132,6 +132,38 @@ describe('queue plans on a never-analyzed table with a backlog', () => {
       );
   });
 
+  it("the API's own statements on the backlog: enqueue, claim, heartbeat, fail, release, cancel", async () => {
+    await freshQueueWithBacklog('plan_api', 0);
+    const { pool: explaining, plans } = explainingPool();
+    try {
+      const queue = new Queue({
+        pool: explaining,
+        txManager: new TxManager(explaining),
+        schema: 'plan_api',
+        tasks: { noop: z.object({}) },
+      });
+      (await queue.enqueue(explaining, 'noop', {}))._unsafeUnwrap();
+      const jobs = (await queue.claim({ batch: 8 }))._unsafeUnwrap();
+      expect(jobs).toHaveLength(8);
+      (await queue.extendMany(jobs))._unsafeUnwrap();
+      const [first, second, ...rest] = jobs;
+      if (first === undefined || second === undefined) throw new Error('claimed fewer than 2 jobs');
+      (await queue.fail(first, new Error('boom')))._unsafeUnwrap();
+      (await queue.release(rest))._unsafeUnwrap();
+      (await queue.cancel(second.id))._unsafeUnwrap();
+    } finally {
+      await explaining.end();
+    }
+    expect(await neverAnalyzed('plan_api')).toEqual({ reltuples: -1, analyzed: 0 });
+    for (const statement of [
+      /INSERT INTO "plan_api"\.jobs/,
+      /UPDATE "plan_api"\.jobs j SET lease_expires_at/,
+      /DELETE FROM "plan_api"\.jobs j WHERE j\.id = \$1/,
+    ])
+      expect(plans.some((p) => statement.test(p))).toBe(true);
+    expect(seqScansOfJobs(plans)).toEqual([]);
+  });
+
   it('the worker of a queue with groups (the limited claim, the completion that takes over slots)', async () => {
     await freshQueueWithBacklog('plan_g', 100);
     const { pool: workerPool, plans } = explainingPool();
