@@ -16,18 +16,30 @@
 // txkit-groups-4 (4 groups of concurrency 250), each reported ÷ txkit-defaults (unlimited) per round:
 // PGTXKIT_BENCH_QUEUE_ONLY=txkit-defaults,txkit-groups-1000,txkit-groups-4 (graphile-worker, the
 // baseline, always runs too).
+// The server's conditions: txkit-fresh / graphile-fresh burn down a freshly migrated queue whose table was
+// never ANALYZEd (the plans chosen without statistics; the sequential scans of the queue's table during
+// the burn-down are counted), txkit-held / graphile-held an ANALYZEd one while another session holds a
+// REPEATABLE READ snapshot (taken before 'go', released after the burn-down); each reported ÷ its own
+// system's analyzed, unheld queue, same round: PGTXKIT_BENCH_QUEUE_ONLY=txkit-defaults,txkit-fresh,
+// txkit-held,graphile-fresh,graphile-held.
 import { type ChildProcess, fork } from 'node:child_process';
-import { existsSync } from 'node:fs';
 import { loadavg } from 'node:os';
-import { fileURLToPath, pathToFileURL } from 'node:url';
 import { makeWorkerUtils } from 'graphile-worker';
 import pg from 'pg';
 import PgBoss from 'pg-boss';
 import { z } from 'zod';
+import type { BenchModule } from '../src/cli/bench.js';
 import { Queue } from '../src/queue/index.js';
-import { startPostgres } from '../src/testing/start-postgres.js';
-import { createTestDatabase } from '../src/testing/test-database.js';
 import { TxManager } from '../src/tx/tx-manager.js';
+import {
+  benchFile,
+  chunks,
+  fmt,
+  loadServerCpuReader,
+  median,
+  quantile,
+  runStandalone,
+} from './support/queue-bench.js';
 
 /** Jobs per burn-down. */
 const JOBS = Number(process.env.PGTXKIT_BENCH_QUEUE_JOBS ?? 50_000);
@@ -77,6 +89,30 @@ const CONTENDERS: readonly Contender[] = [
     config: 'queues-1000',
   },
   {
+    id: 'txkit-fresh',
+    name: 'pg-txkit, worker defaults, a freshly migrated queue never ANALYZEd',
+    system: 'txkit',
+    config: 'fresh',
+  },
+  {
+    id: 'txkit-held',
+    name: 'pg-txkit, worker defaults, another session holding a snapshot',
+    system: 'txkit',
+    config: 'held-snapshot',
+  },
+  {
+    id: 'graphile-fresh',
+    name: 'graphile-worker 0.17.3 at its best, a freshly migrated queue never ANALYZEd',
+    system: 'graphile',
+    config: 'fresh',
+  },
+  {
+    id: 'graphile-held',
+    name: 'graphile-worker 0.17.3 at its best, another session holding a snapshot',
+    system: 'graphile',
+    config: 'held-snapshot',
+  },
+  {
     id: 'pgboss',
     name: 'pg-boss 10.4.2 (8 pollers × batchSize 100 per process)',
     system: 'pgboss',
@@ -90,8 +126,23 @@ const CONTENDERS: readonly Contender[] = [
   },
 ];
 const BASELINE = 'graphile';
-/** The unlimited queue of each system its per-key limits are compared with, round by round. */
+/**
+ * The unlimited queue of each system (ANALYZEd, nothing else on the server) its per-key limits, fresh
+ * tables and held snapshots are compared with, round by round.
+ */
 const UNLIMITED: Partial<Record<System, string>> = { txkit: 'txkit-defaults', graphile: 'graphile' };
+
+/** Configurations compared with their system's unlimited queue (see UNLIMITED). */
+const comparedWithUnlimited = (config: string) =>
+  groupCount(config) > 0 || config === 'fresh' || config === 'held-snapshot';
+
+/** The child.mjs configuration of a contender: fresh and held-snapshot run the system's best one. */
+const childConfig = (c: Contender) =>
+  c.config === 'fresh' || c.config === 'held-snapshot'
+    ? c.system === 'txkit'
+      ? 'defaults'
+      : 'best'
+    : c.config;
 
 /**
  * How many groups (pg-txkit, `groups-N`) or named queues (graphile-worker, `queues-N`) the jobs of a
@@ -101,18 +152,6 @@ function groupCount(config: string): number {
   const m = /^(?:groups|queues)-(\d+)$/.exec(config);
   return m === null ? 0 : Number(m[1]);
 }
-
-/** A file of bench/queue/, from the sources (bench/queue.ts) or from the build (dist-bench/bench/queue.js). */
-function benchFile(name: string): string {
-  for (const candidate of [`./queue/${name}`, `../../bench/queue/${name}`]) {
-    const path = fileURLToPath(new URL(candidate, import.meta.url));
-    if (existsSync(path)) return path;
-  }
-  throw new Error(`bench/queue/${name} not found`);
-}
-
-const chunks = <T>(items: T[], size: number) =>
-  Array.from({ length: Math.ceil(items.length / size) }, (_, i) => items.slice(i * size, (i + 1) * size));
 
 /** Enqueues JOBS no-op jobs into `system`'s own tables (not timed); returns a "some left" query. */
 async function prepare(contender: Contender, url: string, pool: pg.Pool): Promise<string> {
@@ -133,7 +172,7 @@ async function prepare(contender: Contender, url: string, pool: pg.Pool): Promis
       const options = groups === 0 ? {} : { groups: chunk.map((_, i) => group(i)) };
       (await queue.enqueueMany(pool, 'noop', chunk, options))._unsafeUnwrap();
     }
-    await pool.query('VACUUM ANALYZE bench_txkit.jobs');
+    if (contender.config !== 'fresh') await pool.query('VACUUM ANALYZE bench_txkit.jobs');
     return 'SELECT EXISTS (SELECT 1 FROM bench_txkit.jobs) AS left';
   }
   if (system === 'graphile') {
@@ -155,7 +194,20 @@ async function prepare(contender: Contender, url: string, pool: pg.Pool): Promis
     } finally {
       await utils.release();
     }
-    await pool.query('VACUUM ANALYZE graphile_worker._private_jobs');
+    if (contender.config !== 'fresh') await pool.query('VACUUM ANALYZE graphile_worker._private_jobs');
+    else {
+      // Fresh: a queue table that was never analyzed, as migrate() leaves it (graphile-worker's tables
+      // already exist: they are made again, empty).
+      await pool.query('DROP SCHEMA graphile_worker CASCADE');
+      const fresh = await makeWorkerUtils({ connectionString: url });
+      try {
+        await fresh.migrate();
+        for (const chunk of chunks(specs, 5000))
+          await fresh.addJobs(chunk.map((payload) => ({ identifier: 'noop', payload })));
+      } finally {
+        await fresh.release();
+      }
+    }
     return 'SELECT EXISTS (SELECT 1 FROM graphile_worker._private_jobs) AS left';
   }
   if (system === 'raw') {
@@ -184,17 +236,6 @@ async function prepare(contender: Contender, url: string, pool: pg.Pool): Promis
   return `SELECT EXISTS (SELECT 1 FROM pgboss.job WHERE name = 'noop' AND state < 'completed') AS left`;
 }
 
-/** The server CPU reader the queue benchmarks share (bench/queue/server-cpu.mjs). */
-type ServerCpuReader = (pool: pg.Pool) => Promise<() => number | undefined>;
-
-/** Loads bench/queue/server-cpu.mjs, beside this file when run from the sources or from dist-bench/. */
-async function loadServerCpuReader(): Promise<ServerCpuReader> {
-  const mod: { serverCpuReader: ServerCpuReader } = await import(
-    pathToFileURL(benchFile('server-cpu.mjs')).href
-  );
-  return mod.serverCpuReader;
-}
-
 interface RoundResult {
   readonly jobsPerSec: number;
   /** The worker processes' CPU from 'go' to the end, per job: a fresh process's start included. */
@@ -202,6 +243,33 @@ interface RoundResult {
   /** The same from each process's BENCH_WARM_JOBS-th job on (see child.mjs): the cost per job of a warm worker. */
   readonly warmWorkerCpuUsPerJob: number;
   readonly serverCpuUsPerJob: number | undefined;
+  /**
+   * Sequential scans of the queue's table by the workers during the burn-down (pg_stat_all_tables.seq_scan,
+   * less the progress polls', each a sequential scan of that table but pg-boss's).
+   */
+  readonly seqScans: number;
+}
+
+/** The queue's table of each system, whose sequential scans are counted. */
+const QUEUE_TABLE: Record<System, string> = {
+  txkit: 'bench_txkit.jobs',
+  graphile: 'graphile_worker._private_jobs',
+  pgboss: 'pgboss.job',
+  raw: 'bench_raw.jobs',
+};
+
+/**
+ * seq_scan of `table` (schema.name), as the backends have reported it so far; `client`'s own counts are
+ * reported first (an idle backend reports them up to 10 s late).
+ */
+async function seqScans(client: pg.Client, table: string): Promise<number> {
+  await client.query('SELECT pg_stat_force_next_flush()');
+  await client.query('SELECT 1');
+  const r = await client.query<{ n: string | null }>(
+    `SELECT (SELECT seq_scan FROM pg_stat_all_tables WHERE relid = to_regclass($1)) AS n`,
+    [table],
+  );
+  return Number(r.rows[0]?.n ?? 0);
 }
 
 /** What a worker process reports at 'stop' (see child.mjs). */
@@ -223,6 +291,12 @@ async function burnDown(
   const someLeft = await prepare(contender, url, pool);
   const children: ChildProcess[] = [];
   const exited: Promise<void>[] = [];
+  let holder: pg.Client | undefined;
+  // The progress polls and the scan counts, on one connection of their own.
+  const poller = new pg.Client({ connectionString: url });
+  poller.on('error', () => {});
+  await poller.connect();
+  let polls = 0;
   const cpu: Promise<ChildCpu>[] = [];
   let stopped = false;
   const stopAll = () => {
@@ -237,7 +311,7 @@ async function burnDown(
           ...process.env,
           BENCH_SYSTEM: contender.system,
           BENCH_URL: url,
-          BENCH_CONFIG: contender.config,
+          BENCH_CONFIG: childConfig(contender),
           BENCH_CONCURRENCY: String(CONCURRENCY),
         },
         stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
@@ -265,22 +339,40 @@ async function burnDown(
         }),
       );
     }
+    if (contender.config === 'held-snapshot') {
+      holder = new pg.Client({ connectionString: url });
+      holder.on('error', () => {});
+      await holder.connect();
+      // The snapshot is taken by the first statement and kept until COMMIT.
+      await holder.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
+      await holder.query('SELECT 1');
+    }
+    const scans0 = await seqScans(poller, QUEUE_TABLE[contender.system]);
     const server0 = serverCpu();
     const t0 = performance.now();
     for (const child of children) child.send('go');
     const limit = t0 + 300_000;
     for (;;) {
       await new Promise((resolve) => setTimeout(resolve, 10));
-      const r = await pool.query<{ left: boolean }>(someLeft);
+      const r = await poller.query<{ left: boolean }>(someLeft);
+      polls++;
       if (r.rows[0]?.left !== true) break;
       if (signal.aborted || performance.now() > limit) throw new Error(`${contender.name}: jobs left`);
     }
     const seconds = (performance.now() - t0) / 1000;
     const server1 = serverCpu();
     stopAll();
+    await holder?.query('COMMIT').catch(() => {});
+    const cpus = await Promise.all(cpu);
+    // The worker backends report their counts as they exit.
+    await Promise.all(exited);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    const scans =
+      (await seqScans(poller, QUEUE_TABLE[contender.system])) -
+      scans0 -
+      (contender.system === 'pgboss' ? 0 : polls);
     // Not timed: vacuum this contender's tables now rather than during the next contender's run.
     await pool.query('VACUUM').catch(() => {});
-    const cpus = await Promise.all(cpu);
     const sum = (f: (c: ChildCpu) => number) => cpus.reduce((a, c) => a + f(c), 0);
     const warmJobs = sum((c) => c.warmJobs);
     return {
@@ -289,9 +381,12 @@ async function burnDown(
       warmWorkerCpuUsPerJob: warmJobs > 0 ? sum((c) => c.warmCpuUs) / warmJobs : Number.NaN,
       serverCpuUsPerJob:
         server0 === undefined || server1 === undefined ? undefined : (server1 - server0) / JOBS,
+      seqScans: scans,
     };
   } finally {
     stopAll();
+    await holder?.end().catch(() => {});
+    await poller.end().catch(() => {});
     const killer = setTimeout(() => {
       for (const child of children) child.kill('SIGKILL');
     }, 15_000);
@@ -335,31 +430,8 @@ async function latencyAt100PerSec(pool: pg.Pool): Promise<{ p50: number; p99: nu
   return { p50: quantile(latencies, 0.5), p99: quantile(latencies, 0.99), max: quantile(latencies, 1) };
 }
 
-function quantile(values: readonly number[], q: number): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? Number.NaN;
-}
-
-const median = (values: readonly number[]) => quantile(values, 0.5);
-const fmt = (n: number | undefined, digits = 0) =>
-  n === undefined || Number.isNaN(n) ? 'n/a' : n.toLocaleString('en-US', { maximumFractionDigits: digits });
-
 /** The queue benchmark (npm run bench). */
-export async function run({
-  url,
-  onProgress,
-  signal = new AbortController().signal,
-}: {
-  url: string;
-  durationMs: number;
-  onProgress(done: number, total: number): void;
-  signal?: AbortSignal;
-}): Promise<{
-  name: string;
-  baseline: string;
-  rows: { name: string; opsPerSec: number; ratio: number }[];
-  notes: string;
-}> {
+export const run: BenchModule['run'] = async ({ url, onProgress, signal }) => {
   const pool = new pg.Pool({ connectionString: url, max: 4 });
   pool.on('error', () => {});
   try {
@@ -397,7 +469,7 @@ export async function run({
       const defaults = inRound.get('txkit-defaults');
       const tuned = inRound.get('txkit-tuned');
       if (defaults !== undefined && tuned !== undefined) defaultsVsTuned.push(defaults / tuned);
-      for (const c of contenders.filter((x) => groupCount(x.config) > 0)) {
+      for (const c of contenders.filter((x) => comparedWithUnlimited(x.config))) {
         const limited = inRound.get(c.id);
         const unlimited = inRound.get(UNLIMITED[c.system] ?? '');
         if (limited === undefined || unlimited === undefined) continue;
@@ -407,8 +479,8 @@ export async function run({
     onProgress(total, total);
     const load1 = loadavg()[0] ?? 0;
     const lines = [
-      `| contender | jobs/s median (min–max) | vs graphile-worker, same round: median (min–max) | worker CPU µs/job: whole run / warm | server CPU µs/job |`,
-      '|---|---:|---:|---:|---:|',
+      `| contender | jobs/s median (min–max) | vs graphile-worker, same round: median (min–max) | worker CPU µs/job: whole run / warm | server CPU µs/job | sequential scans of the queue's table |`,
+      '|---|---:|---:|---:|---:|---:|',
     ];
     const rows: { name: string; opsPerSec: number; ratio: number }[] = [];
     for (const c of contenders) {
@@ -421,7 +493,7 @@ export async function run({
         `| ${c.name} | ${fmt(median(jps))} (${fmt(Math.min(...jps))}–${fmt(Math.max(...jps))}) | ` +
           `${fmt(ratio, 2)}× (${fmt(Math.min(...rt), 2)}–${fmt(Math.max(...rt), 2)}) | ` +
           `${fmt(median(rs.map((r) => r.workerCpuUsPerJob)), 1)} / ${fmt(median(rs.map((r) => r.warmWorkerCpuUsPerJob)), 1)} | ` +
-          `${fmt(median(rs.map((r) => r.serverCpuUsPerJob ?? Number.NaN)), 1)} |`,
+          `${fmt(median(rs.map((r) => r.serverCpuUsPerJob ?? Number.NaN)), 1)} | ${rs.map((r) => r.seqScans).join(', ')} |`,
       );
     }
     const notes =
@@ -449,20 +521,7 @@ export async function run({
   } finally {
     await pool.end();
   }
-}
+};
 
 // Standalone: node dist-bench/bench/queue.js (starts the embedded PostgreSQL unless DATABASE_URL is set).
-if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  const server = await startPostgres();
-  const db = await createTestDatabase(server.url, { prefix: 'bench' });
-  try {
-    await run({
-      url: db.url,
-      durationMs: 0,
-      onProgress: (done, total) => process.stderr.write(`round ${done}/${total}\r`),
-    });
-  } finally {
-    await db.drop().catch(() => {});
-    await server.stop();
-  }
-}
+await runStandalone(import.meta.url, run, {});

@@ -5,6 +5,9 @@
 // is warm: the JIT has compiled its hot paths, its pool is connected (each connection's SCRAM handshake
 // costs milliseconds of CPU) and its batch sizes have grown. A worker lives for hours, so the warm figure
 // is its cost per job; the first one also counts a fresh process's start. Then it stops and exits.
+// BENCH_LATENCY=1 (bench/queue-steady.ts): each job's payload carries `t`, its enqueue time (ms since the
+// epoch, performance.timeOrigin + performance.now() in the producer), and the reply to 'stop' adds
+// `enqueuedAt` and `startedAt`: for every job run, that time and the handler's start on the same clock.
 // pg-txkit is loaded from the built package (dist/); run `npm run build` first.
 const { BENCH_SYSTEM: system, BENCH_URL: url, BENCH_CONFIG: config } = process.env;
 const concurrency = Number(process.env.BENCH_CONCURRENCY ?? 8);
@@ -15,6 +18,17 @@ let start = async () => {};
 let jobs = 0;
 let cpuAtWarm;
 let jobsAtWarm = 0;
+const latency = process.env.BENCH_LATENCY === '1';
+/** With BENCH_LATENCY: the enqueue time of each job run, and when its handler started (same clock). */
+const enqueuedAt = [];
+const startedAt = [];
+/** Notes a handler's start for the job enqueued at `t` (the payload's field, when there is one). */
+const started = (t) => {
+  if (latency && typeof t === 'number') {
+    enqueuedAt.push(t);
+    startedAt.push(performance.timeOrigin + performance.now());
+  }
+};
 /** Counts `n` jobs run (called by every contender's handler). */
 const ran = (n) => {
   const before = jobs;
@@ -40,13 +54,18 @@ if (system === 'txkit') {
     pool,
     txManager: new TxManager(pool),
     schema: 'bench_txkit',
-    tasks: { noop: z.object({}) },
+    tasks: { noop: latency ? z.object({ t: z.number() }) : z.object({}) },
     ...(limit === undefined ? {} : { groups: { default: { concurrency: limit } } }),
   });
   let worker;
   start = async () => {
     worker = queue.work(
-      { noop: () => ran(1) },
+      {
+        noop: (job) => {
+          started(job.payload.t);
+          ran(1);
+        },
+      },
       // defaults: nothing but the concurrency. tuned: the best fixed configuration found by hand
       // (claims of 500, a fixed local queue of 500, settles written at once).
       config === 'tuned'
@@ -67,7 +86,12 @@ if (system === 'txkit') {
       concurrency,
       noHandleSignals: true,
       pollInterval: 1000,
-      taskList: { noop: async () => ran(1) },
+      taskList: {
+        noop: async (payload) => {
+          started(payload?.t);
+          ran(1);
+        },
+      },
       // Its best configuration: a local queue of 500 and batched completions/failures with no delay.
       // With named queues (queues-N), no local queue: in 0.17.3 a batch fetch can take several jobs of
       // one named queue and run them at once (graphile/worker#621), so its serial-per-queue guarantee
@@ -169,13 +193,22 @@ process.on('message', async (message) => {
       (await import('node:fs')).writeFileSync(process.env.BENCH_PROF, JSON.stringify(profile));
     }
     const warm = cpuAtWarm === undefined ? undefined : process.cpuUsage(cpuAtWarm);
-    process.send?.({
-      cpuUs: cpu.user + cpu.system,
-      jobs,
-      warmCpuUs: warm === undefined ? 0 : warm.user + warm.system,
-      warmJobs: warm === undefined ? 0 : jobs - jobsAtWarm,
-    });
-    void stop()
+    // Sent before the process exits: a big report (the latencies) is still being written when send returns.
+    const sent = new Promise((resolve) =>
+      process.send === undefined
+        ? resolve()
+        : process.send(
+            {
+              cpuUs: cpu.user + cpu.system,
+              jobs,
+              warmCpuUs: warm === undefined ? 0 : warm.user + warm.system,
+              warmJobs: warm === undefined ? 0 : jobs - jobsAtWarm,
+              ...(latency ? { enqueuedAt, startedAt } : {}),
+            },
+            resolve,
+          ),
+    );
+    void Promise.all([sent, stop()])
       .catch((e) => process.stderr.write(`stop failed: ${e}\n`))
       .finally(() => process.exit(0));
   }

@@ -1,5 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
+import { type HorizonHolder, horizonHolders } from '../diagnostics/horizon.js';
 import { type LockReport, lockReport } from '../diagnostics/lock-report.js';
 import type { CliIo } from './cli-io.js';
 import { ConnectError, isConnectFailure, oneLine, safeUrl } from './connection.js';
@@ -25,13 +26,27 @@ export interface DoctorOptions {
   readonly queueLagMs?: number | undefined;
   /** Report the queues' health beside the lock report (`--no-queues`: false). Default true. */
   readonly queues?: boolean | undefined;
+  /**
+   * A session or prepared transaction holding the MVCC horizon back this long (ms) is a finding of every
+   * queue (with the dead tuples its table holds meanwhile). Default 1 min.
+   */
+  readonly horizonAgeMs?: number | undefined;
 }
 
 /**
- * What `doctor --json` prints: the lock report and the queues' health (no `queues` key with
- * `--no-queues`).
+ * A replication slot whose xmin is this many transaction ids old is a finding (a slot keeps no time): at
+ * 2,000 jobs/s a queue assigns some 2,000 transaction ids a second, so this is under a minute of its work.
  */
-export type DoctorReport = LockReport & { readonly queues?: readonly QueueHealth[] };
+const HORIZON_SLOT_XIDS = 100_000;
+
+/**
+ * What `doctor --json` prints: the lock report, the queues' health and what holds the MVCC horizon back
+ * (no `queues` or `horizon` key with `--no-queues`).
+ */
+export type DoctorReport = LockReport & {
+  readonly queues?: readonly QueueHealth[];
+  readonly horizon?: readonly HorizonHolder[];
+};
 
 /**
  * Serializes a lock report (or anything holding bigints and dates) to JSON: bigints become decimal
@@ -69,15 +84,21 @@ export async function runDoctor(options: DoctorOptions, io: CliIo): Promise<Exit
   try {
     for (let round = 0; ; round++) {
       const report = await take(pool, options);
+      const horizon =
+        options.queues === false ? undefined : await connected(options.url, () => horizonOf(pool, options));
       const queues =
-        options.queues === false ? undefined : await connected(options.url, () => queuesOf(pool, options));
+        horizon === undefined
+          ? undefined
+          : await connected(options.url, () => queuesOf(pool, options, horizon));
       const healthy = report.healthy && (queues ?? []).every((q) => q.findings.length === 0);
       if (options.json)
-        io.stdout.write(toJson((queues ? { ...report, queues } : report) satisfies DoctorReport));
+        io.stdout.write(
+          toJson((queues && horizon ? { ...report, queues, horizon } : report) satisfies DoctorReport),
+        );
       else {
         if (options.watchSeconds !== undefined && io.stdout.isTTY) io.stdout.write('\x1b[2J\x1b[H');
         else if (round > 0) io.stdout.write('\n');
-        const queueTable = queues ? `\n${renderQueueHealth(queues, style)}\n` : '';
+        const queueTable = queues ? `\n${renderQueueHealth(queues, style, horizon ?? [])}\n` : '';
         io.stdout.write(`${renderLockReport(report, style)}\n${queueTable}`);
       }
       if (options.watchSeconds === undefined) return healthy ? EXIT.ok : EXIT.findings;
@@ -109,8 +130,23 @@ async function connected<T>(url: string, read: () => Promise<T>): Promise<T> {
   }
 }
 
+/** What holds the horizon back longer than the doctor's threshold. */
+async function horizonOf(pool: pg.Pool, options: DoctorOptions): Promise<HorizonHolder[]> {
+  const holders = await horizonHolders(pool, {
+    minAgeMs: options.horizonAgeMs ?? 60_000,
+    minXidAge: HORIZON_SLOT_XIDS,
+    redact: options.redact,
+  });
+  if (holders.isErr()) throw holders.error;
+  return holders.value;
+}
+
 /** The queues to report on: the ones named, each checked to hold a queue, else every one found. */
-async function queuesOf(pool: pg.Pool, options: DoctorOptions): Promise<QueueHealth[]> {
+async function queuesOf(
+  pool: pg.Pool,
+  options: DoctorOptions,
+  holders: readonly HorizonHolder[],
+): Promise<QueueHealth[]> {
   const found = await findQueueSchemas(pool);
   const named = options.queueSchemas;
   const missing = named?.filter((s) => !found.includes(s)) ?? [];
@@ -119,7 +155,7 @@ async function queuesOf(pool: pg.Pool, options: DoctorOptions): Promise<QueueHea
       `no pg-txkit queue in schema ${missing.join(', ')} (queues found: ${found.join(', ') || 'none'})`,
     );
   }
-  return queueHealth(pool, named ?? found, { lagMs: options.queueLagMs ?? 300_000, cap: 10_000 });
+  return queueHealth(pool, named ?? found, { lagMs: options.queueLagMs ?? 300_000, cap: 10_000, holders });
 }
 
 async function take(pool: pg.Pool, options: DoctorOptions): Promise<LockReport> {

@@ -170,6 +170,14 @@ export async function main(argv: string[], ioOverride?: CliIo): Promise<number> 
         .argParser(duration)
         .default(300_000, '5min'),
     )
+    .addOption(
+      new Option(
+        '--horizon-age <duration>',
+        'a session or prepared transaction holding the MVCC horizon back longer than this is a queue finding',
+      )
+        .argParser(duration)
+        .default(60_000, '1min'),
+    )
     .option('--no-queues', "the lock report alone, without the queues' health")
     .action(async (opts: Record<string, unknown>) => {
       code = await runDoctor(
@@ -183,6 +191,7 @@ export async function main(argv: string[], ioOverride?: CliIo): Promise<number> 
           allDatabases: opts.allDatabases === true,
           queueSchemas: opts.queueSchema as string[] | undefined,
           queueLagMs: opts.queueLag as number,
+          horizonAgeMs: opts.horizonAge as number,
           queues: opts.queues !== false,
         },
         io,

@@ -1,4 +1,5 @@
 import pg from 'pg';
+import type { HorizonHolder } from '../diagnostics/horizon.js';
 import { runQuery } from '../patterns/run-query.js';
 import { type QueueMetrics, readQueueMetrics } from '../queue/store/queue-health.js';
 
@@ -33,6 +34,38 @@ export interface QueueHealthOptions {
   readonly lagMs: number;
   /** Counts stop at this many jobs per state. */
   readonly cap: number;
+  /** What holds the MVCC horizon back (see horizonHolders): each one is a finding of every queue. */
+  readonly holders?: readonly HorizonHolder[] | undefined;
+}
+
+const thousands = (n: number) => n.toLocaleString('en-US');
+
+/** `holder` in words: what it is, for how long, and what to do about it. */
+function horizonFinding(h: HorizonHolder, deadTuples: number): QueueFinding {
+  const held =
+    h.ageMs === null
+      ? `${thousands(h.xidAge)} transactions`
+      : `${Math.round(h.ageMs / 1000)} s (${thousands(h.xidAge)} transactions)`;
+  const what =
+    h.kind === 'session'
+      ? `session ${h.id} (${[h.user, h.detail].filter(Boolean).join(', ')})`
+      : `${h.kind} ${h.id} (${h.detail})`;
+  const idle = h.kind === 'session' && h.detail.includes('idle in transaction');
+  const action =
+    h.kind === 'replication slot'
+      ? `consume or drop the slot (SELECT pg_drop_replication_slot('${h.id}'))`
+      : h.kind === 'prepared transaction'
+        ? `COMMIT PREPARED or ROLLBACK PREPARED '${h.id}'`
+        : idle
+          ? `end it (SELECT pg_terminate_backend(${h.id})) and set idle_in_transaction_session_timeout`
+          : `cancel it (SELECT pg_cancel_backend(${h.id})), or run such work on a replica`;
+  return {
+    // Claims slow down as the dead entries pile up: a problem once they outnumber a small queue.
+    severity: deadTuples > 10_000 ? 'problem' : 'warning',
+    message:
+      `${what} has held the MVCC horizon back for ${held}: meanwhile the jobs table holds ${thousands(deadTuples)} dead tuples ` +
+      `vacuum cannot remove, and every claim steps over the index entries of the jobs claimed since; ${action}`,
+  };
 }
 
 // No lock (catalog reads): schemas that hold a pg-txkit queue — a migrations table, a jobs table and
@@ -78,7 +111,9 @@ function findingsOf(m: QueueMetrics, options: QueueHealthOptions): QueueFinding[
     });
   }
   const { liveTuples, deadTuples } = m.table;
-  if (deadTuples > 10_000 && deadTuples > liveTuples) {
+  const holders = options.holders ?? [];
+  for (const h of holders) findings.push(horizonFinding(h, deadTuples));
+  if (holders.length === 0 && deadTuples > 10_000 && deadTuples > liveTuples) {
     findings.push({
       severity: 'warning',
       message: `${deadTuples} dead tuples for ${liveTuples} live ones in the jobs table: vacuum is behind (a long transaction holding back the horizon?)`,

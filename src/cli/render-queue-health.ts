@@ -1,3 +1,4 @@
+import type { HorizonHolder } from '../diagnostics/horizon.js';
 import type { QueueHealth } from './queue-health-report.js';
 import { renderTable } from './render-table.js';
 import type { Style } from './style.js';
@@ -25,12 +26,17 @@ function age(ms: number): string {
 
 /**
  * Renders the queues' health as a table (one row per queue schema: depth by state, oldest ready age,
- * table statistics) followed by each queue's findings. Counts followed by `+` reached the cap.
+ * table statistics) followed by each queue's findings, then what holds the MVCC horizon back (`holders`,
+ * see horizonHolders). Counts followed by `+` reached the cap.
  *
  * @example
- * console.log(renderQueueHealth(await queueHealth(pool, schemas, { lagMs: 300_000, cap: 10_000 }), style));
+ * console.log(renderQueueHealth(await queueHealth(pool, schemas, { lagMs: 300_000, cap: 10_000 }), style, []));
  */
-export function renderQueueHealth(queues: readonly QueueHealth[], style: Style): string {
+export function renderQueueHealth(
+  queues: readonly QueueHealth[],
+  style: Style,
+  holders: readonly HorizonHolder[] = [],
+): string {
   const out = [style('bold', 'Queues')];
   if (queues.length === 0) {
     out.push('  no pg-txkit queue in this database (or pass --queue-schema)');
@@ -77,9 +83,21 @@ export function renderQueueHealth(queues: readonly QueueHealth[], style: Style):
     }
   }
   if (queues.every((q) => q.findings.length === 0))
-    out.push(style('green', '  OK: no expired lease, no dead job, no lag, no bloat.'));
+    out.push(
+      style(
+        'green',
+        '  OK: no expired lease, no dead job, no lag, no bloat, nothing holds the horizon back.',
+      ),
+    );
   out.push(
     '  (counts are exact below the cap, shown with + at it; tuples and size are statistics estimates)',
   );
+  for (const h of holders) {
+    const held = h.ageMs === null ? '' : ` for ${age(h.ageMs)}`;
+    const query = h.query === null || h.kind !== 'session' ? '' : `: ${h.query}`;
+    out.push(
+      `  MVCC horizon held${held} by ${h.kind} ${h.id} (${h.detail}; xmin ${h.xmin}, ${h.xidAge} transactions old)${query}`,
+    );
+  }
   return out.join('\n');
 }
