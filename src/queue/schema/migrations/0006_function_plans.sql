@@ -20,9 +20,12 @@
 -- Measured (test/integration/queue-function-plans.test.ts, PostgreSQL 18: one connection calls each
 -- function on a queue of one job, then 5,000 grouped jobs are enqueued, claimed and completed under a
 -- held REPEATABLE READ snapshot, 158 pages of jobs, and the same connection calls it again; a claim of
--- none, a completion of none): claim_jobs_limited 2 shared buffers before the jobs, 175 after (158 of
--- them the lease UPDATE's scan); complete_take_next 4 and 350 (the DELETE's scan and the UPDATE's). With
--- sequential scans off: 0 and 0 for both.
+-- none, a completion of none; a new connection's plans for comparison): claim_jobs_limited 2 shared
+-- buffers before the jobs, 175 after (158 of them the lease UPDATE's scan; a new connection 17); with
+-- rate limits (its full path) 12 and 330 (a new connection 170: the head window walks the entries the
+-- held snapshot keeps in jobs_claimable, which no plan avoids); complete_take_next 4 and 350 (the
+-- DELETE's scan and the UPDATE's; a new connection 0). With sequential scans off: 0 and 0, 11 and 172,
+-- 0 and 0: what a new connection reads.
 -- enable_seqscan = off on both functions: every step already had an index or TID plan (primary-key
 -- probes, jobs_claimable, jobs_group_ready, TID scans), which is now the only plan whatever the table's
 -- size when it was planned. job_groups is still read whole where a step must (pass 1 of the limited
