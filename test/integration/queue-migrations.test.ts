@@ -258,20 +258,23 @@ describe('0006 (the limited claim and the take-over completion without sequentia
       expect(first.rows.map((r) => r.payload.to)).toEqual(['a']);
       const settings = async () =>
         (
-          await pool.query<{ proname: string; proconfig: string[] }>(
-            `SELECT proname, proconfig FROM pg_proc WHERE pronamespace = $1::regnamespace
+          await pool.query<{ proname: string; proconfig: string[]; prosrc: string; proacl: unknown }>(
+            `SELECT proname, proconfig, prosrc, proacl FROM pg_proc WHERE pronamespace = $1::regnamespace
                 AND proname IN ('claim_jobs_limited', 'complete_take_next') ORDER BY proname`,
             [schema],
           )
         ).rows;
+      const old = await settings();
       expect((await queue.migrate())._unsafeUnwrap()).toEqual({ applied: [6], version: 6 });
-      // Only the settings changed: each function gained enable_seqscan=off.
+      // Only the settings changed (bodies and grants as they were): each gained enable_seqscan=off.
       expect(await settings()).toEqual([
         {
+          ...old[0],
           proname: 'claim_jobs_limited',
           proconfig: ['enable_sort=off', 'plan_cache_mode=force_generic_plan', 'enable_seqscan=off'],
         },
         {
+          ...old[1],
           proname: 'complete_take_next',
           proconfig: ['plan_cache_mode=force_generic_plan', 'enable_seqscan=off'],
         },
