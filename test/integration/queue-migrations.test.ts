@@ -221,7 +221,10 @@ describe('0005 (the claim floor)', () => {
     )._unsafeUnwrap();
     const queue = queueOn(schema);
     for (const to of ['a', 'b', 'c']) (await queue.enqueue(pool, 'email', { to }))._unsafeUnwrap();
-    expect((await queue.migrate())._unsafeUnwrap()).toEqual({ applied: [5], version: 5 });
+    expect((await queue.migrate())._unsafeUnwrap()).toEqual({
+      applied: QUEUE_MIGRATIONS.filter((m) => m.version >= 5).map((m) => m.version),
+      version: QUEUE_MIGRATIONS.length,
+    });
     // A worker of the previous version during a rolling deploy: the three-argument claim.
     const old = await pool.query<{ payload: { to: string } }>(
       `SELECT payload FROM ${s}.claim_jobs(1, 30000, ARRAY['email'])`,
@@ -229,5 +232,67 @@ describe('0005 (the claim floor)', () => {
     expect(old.rows.map((r) => r.payload.to)).toEqual(['a']);
     const claimed = (await queue.claim({ batch: 10 }))._unsafeUnwrap();
     expect(claimed.map((j) => j.payload)).toEqual([{ to: 'b' }, { to: 'c' }]);
+  });
+});
+
+describe('0006 (the limited claim and the take-over completion without sequential scans)', () => {
+  it('a schema of 0005 migrates while a connection holds their plans; that connection then claims and completes', async () => {
+    const schema = `q_up_${++seq}`;
+    const s = pg.escapeIdentifier(schema);
+    const before = QUEUE_MIGRATIONS.filter((m) => m.version <= 5);
+    (await migrateQueue(pool, schema, {}, before))._unsafeUnwrap();
+    const queue = queueOn(schema);
+    for (const to of ['a', 'b', 'c'])
+      (await queue.enqueue(pool, 'email', { to }, { group: 'g' }))._unsafeUnwrap();
+    const limits = JSON.stringify({ default: { concurrency: 2 } });
+    const claim = `SELECT (r.job).id::text AS id, (r.job).lease_token::text AS token, (r.job).payload
+                     FROM ${s}.claim_jobs_limited(1, 30000, ARRAY['email'], $1::jsonb) AS r WHERE (r.job).id IS NOT NULL`;
+    const takeNext = `SELECT r.done, r.heads FROM ${s}.complete_take_next($1::bigint[], $2::uuid[], 30000, ARRAY['email'],
+                        $3::jsonb, 10, false) AS r`;
+    // A worker of the previous version: its connection has run (and planned) both functions.
+    const client = await pool.connect();
+    try {
+      const first = await client.query<{ id: string; token: string; payload: { to: string } }>(claim, [
+        limits,
+      ]);
+      expect(first.rows.map((r) => r.payload.to)).toEqual(['a']);
+      const settings = async () =>
+        (
+          await pool.query<{ proname: string; proconfig: string[]; prosrc: string; proacl: unknown }>(
+            `SELECT proname, proconfig, prosrc, proacl FROM pg_proc WHERE pronamespace = $1::regnamespace
+                AND proname IN ('claim_jobs_limited', 'complete_take_next') ORDER BY proname`,
+            [schema],
+          )
+        ).rows;
+      const old = await settings();
+      expect((await queue.migrate())._unsafeUnwrap()).toEqual({ applied: [6], version: 6 });
+      // Only the settings changed (bodies and grants as they were): each gained enable_seqscan=off.
+      expect(await settings()).toEqual([
+        {
+          ...old[0],
+          proname: 'claim_jobs_limited',
+          proconfig: ['enable_sort=off', 'plan_cache_mode=force_generic_plan', 'enable_seqscan=off'],
+        },
+        {
+          ...old[1],
+          proname: 'complete_take_next',
+          proconfig: ['plan_cache_mode=force_generic_plan', 'enable_seqscan=off'],
+        },
+      ]);
+      // The same connection completes its job, taking the group's next one over, then claims the last.
+      const [job] = first.rows;
+      if (job === undefined) throw new Error('nothing claimed');
+      const done = await client.query<{ done: string[]; heads: string }>(takeNext, [
+        [job.id],
+        [job.token],
+        limits,
+      ]);
+      expect(done.rows[0]?.done).toEqual([job.id]);
+      expect(done.rows[0]?.heads.split(';')).toHaveLength(1);
+      const last = await client.query<{ payload: { to: string } }>(claim, [limits]);
+      expect(last.rows.map((r) => r.payload.to)).toEqual(['c']);
+    } finally {
+      client.release();
+    }
   });
 });

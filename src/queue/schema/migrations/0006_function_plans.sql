@@ -1,0 +1,40 @@
+-- pg-txkit queue schema, migration 0006: the limited claim and the completion that takes the next jobs
+-- over keep their index plans on a connection that first ran them on a nearly empty queue.
+--
+-- FROZEN: never edit this file once released. A change to the schema is a new file.
+--
+-- It runs inside migrate()'s transaction, under pg_advisory_xact_lock on the schema's key. '{{schema}}' is
+-- replaced by the quoted schema name and '{{channel}}' by the quoted NOTIFY channel literal.
+--
+-- Why: claim_jobs_limited (migration 0001) and complete_take_next (migration 0002) are plpgsql functions
+-- with plan_cache_mode = force_generic_plan: each statement is planned once per connection, at its first
+-- call, and kept. Planned while the jobs table was nearly empty, the generic plans chose sequential
+-- scans, which the connection then ran at every call however large the table grew (migration 0005 found
+-- the same for claim_jobs' lease UPDATE):
+-- - claim_jobs_limited: the lease UPDATE found the locked rows by ctid = ANY(…) with a sequential scan
+--   and a filter on ctid instead of a TID scan, and the group counters' UPDATE hashed a sequential scan
+--   of job_groups instead of probing its primary key;
+-- - complete_take_next: the DELETE of the completed jobs joined the ids to a sequential scan of jobs
+--   instead of probing the primary key, its lease UPDATE of the jobs taken over scanned jobs as above,
+--   and the slots given back hashed a sequential scan of job_groups.
+-- Measured (test/integration/queue-function-plans.test.ts, PostgreSQL 18: one connection calls each
+-- function on a queue of one job, then 5,000 grouped jobs are enqueued, claimed and completed under a
+-- held REPEATABLE READ snapshot, 158 pages of jobs, and the same connection calls it again; a claim of
+-- none, a completion of none; a new connection's plans for comparison): claim_jobs_limited 2 shared
+-- buffers before the jobs, 175 after (158 of them the lease UPDATE's scan; a new connection 17); with
+-- rate limits (its full path) 12 and 330 (a new connection 170: the head window walks the entries the
+-- held snapshot keeps in jobs_claimable, which no plan avoids); complete_take_next 4 and 350 (the
+-- DELETE's scan and the UPDATE's; a new connection 0). With sequential scans off: 0 and 0, 11 and 172,
+-- 0 and 0: what a new connection reads.
+-- enable_seqscan = off on both functions: every step already had an index or TID plan (primary-key
+-- probes, jobs_claimable, jobs_group_ready, TID scans), which is now the only plan whatever the table's
+-- size when it was planned. job_groups is still read whole where a step must (pass 1 of the limited
+-- claim looks at every group with room: O(groups), as documented there); with no other path the planner
+-- keeps that scan.
+-- ALTER FUNCTION … SET changes only the function's settings (pg_proc.proconfig): the bodies, owners and
+-- grants stay as they are. It takes no lock on the tables; a call running meanwhile finishes with the
+-- old settings, and each connection re-plans the function's statements at its next call (the function's
+-- row changed).
+ALTER FUNCTION {{schema}}.claim_jobs_limited(integer, double precision, text[], jsonb) SET enable_seqscan = off;
+ALTER FUNCTION {{schema}}.complete_take_next(bigint[], uuid[], double precision, text[], jsonb, integer, boolean)
+  SET enable_seqscan = off;
