@@ -221,7 +221,11 @@ describe('0005 (the claim floor)', () => {
     )._unsafeUnwrap();
     const queue = queueOn(schema);
     for (const to of ['a', 'b', 'c']) (await queue.enqueue(pool, 'email', { to }))._unsafeUnwrap();
-    expect((await queue.migrate())._unsafeUnwrap()).toEqual({ applied: [5], version: 5 });
+    const newer = QUEUE_MIGRATIONS.filter((m) => m.version >= 5).map((m) => m.version);
+    expect((await queue.migrate())._unsafeUnwrap()).toEqual({
+      applied: newer,
+      version: QUEUE_MIGRATIONS.length,
+    });
     // A worker of the previous version during a rolling deploy: the three-argument claim.
     const old = await pool.query<{ payload: { to: string } }>(
       `SELECT payload FROM ${s}.claim_jobs(1, 30000, ARRAY['email'])`,
@@ -229,5 +233,35 @@ describe('0005 (the claim floor)', () => {
     expect(old.rows.map((r) => r.payload.to)).toEqual(['a']);
     const claimed = (await queue.claim({ batch: 10 }))._unsafeUnwrap();
     expect(claimed.map((j) => j.payload)).toEqual([{ to: 'b' }, { to: 'c' }]);
+  });
+});
+
+describe('0006 (the wait hint names every group left out for its rate)', () => {
+  it('a schema of 0005 with jobs of a rated group migrates, and its workers claim them on the new claim', async () => {
+    const schema = `q_up_${++seq}`;
+    (
+      await migrateQueue(
+        pool,
+        schema,
+        {},
+        QUEUE_MIGRATIONS.filter((m) => m.version <= 5),
+      )
+    )._unsafeUnwrap();
+    const queue = new Queue({
+      pool,
+      txManager: tm,
+      schema,
+      tasks,
+      groups: { default: { rate: { limit: 1, per: '1s' } } },
+    });
+    for (const to of ['a', 'b']) (await queue.enqueue(pool, 'email', { to }, { group: 'g' }))._unsafeUnwrap();
+    expect((await queue.migrate())._unsafeUnwrap()).toEqual({
+      applied: [6],
+      version: QUEUE_MIGRATIONS.length,
+    });
+    // One place in the window: the first job, then the second held back by the rate.
+    const claimed = (await queue.claim({ batch: 10 }))._unsafeUnwrap();
+    expect(claimed.map((j) => j.payload)).toEqual([{ to: 'a' }]);
+    expect((await queue.claim({ batch: 10 }))._unsafeUnwrap()).toEqual([]);
   });
 });
