@@ -11,13 +11,16 @@
 -- its wait hint with clock_timestamp() taken after the lock steps (waits: a full window counted only if
 -- it is still full at that later clock). A group whose window was full at the start and freed before the
 -- claim locked its rows was neither claimed nor named in the hint: the claim came back short with no
--- wait row, and its worker slept its poll interval with the group's jobs ready (a worker that woke on an
--- earlier hint a millisecond before the window freed - timers round to whole milliseconds - claims in
--- exactly that gap). With two replicas both could end so: a burn-down of two rated groups with a poll
--- of one minute stalled for the whole minute, once, on a loaded machine. Now the hint counts a window as
--- full with the clock the lock step chose with, now(): every group left out for its rate is named, with
--- a wait of 0 when its window freed meanwhile (the worker claims again at once; that claim starts later,
--- and its now() finds the window free). Nothing else changes.
+-- wait row, and its worker slept its poll interval with the group's jobs ready. Any claim whose own
+-- run, from its start to its lock step (milliseconds on a loaded machine), spans the moment a window
+-- frees does so: one woken by the NOTIFY of another job's completion (which also ends the wait on the
+-- hint the worker held), or one woken by its hint (Node fires a timer up to ~1.8 ms before a fractional
+-- delay: 163 of 300 fired early, measured). With two replicas both could end so: a burn-down of two
+-- rated groups with a poll of one minute timed out (30 s) once, on a loaded machine; this gap is the
+-- one path found by which a short claim ends without a hint while a rated group's jobs are ready. Now
+-- the hint counts a window as full with the clock the lock step chose with, now(): every group left
+-- out for its rate is named, with a wait of 0 when its window freed meanwhile (the worker claims again
+-- at once; that claim starts later, and its now() finds the window free). Nothing else changes.
 -- CREATE OR REPLACE FUNCTION takes no lock on the tables; a claim running meanwhile finishes on the old
 -- body, the next one uses the new. The locks of the function are those of migration 0001 (step 11); each
 -- step says which lock it takes.
