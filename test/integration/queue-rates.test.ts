@@ -165,9 +165,10 @@ describe('the wait hint of a short claim', () => {
   it('names a group left out for its full window even when the window frees before the claim locks its rows', async () => {
     // The claim chooses the groups to lock with now() (the start of its statement) and computed its hint
     // with the clock it took after locking: a group whose window was full at the start and freed in
-    // between was neither claimed nor named in the hint. A worker that woke on an earlier hint a
-    // millisecond early (timers round) claimed nothing and slept its whole poll interval with the job
-    // ready; two replicas could both end that way. Here the window's boundary is put just after now().
+    // between was neither claimed nor named in the hint. A worker whose claim ran across that moment
+    // (woken by another job's completion, or by its hint a millisecond early) claimed nothing and slept
+    // its whole poll interval with the job ready; two replicas could both end that way. Here the
+    // window's boundary is put just after now(), in one transaction.
     const schema = `q_rates_${++seq}`;
     const groups = { default: { rate: { limit: 2, per: 250, guard: 100 } } };
     const limits = limitsDeclaration(groups, undefined);
