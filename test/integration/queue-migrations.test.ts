@@ -265,7 +265,12 @@ describe('0006 (the limited claim and the take-over completion without sequentia
           )
         ).rows;
       const old = await settings();
-      expect((await queue.migrate())._unsafeUnwrap()).toEqual({ applied: [6], version: 6 });
+      // Up to 0006 only: 0007 re-creates claim_jobs_limited (another body, the same settings).
+      const upTo6 = QUEUE_MIGRATIONS.filter((m) => m.version <= 6);
+      expect((await migrateQueue(pool, schema, {}, upTo6))._unsafeUnwrap()).toEqual({
+        applied: [6],
+        version: 6,
+      });
       // Only the settings changed (bodies and grants as they were): each gained enable_seqscan=off.
       expect(await settings()).toEqual([
         {
@@ -294,5 +299,35 @@ describe('0006 (the limited claim and the take-over completion without sequentia
     } finally {
       client.release();
     }
+  });
+});
+
+describe('0007 (the wait hint names every group left out for its rate)', () => {
+  it('a schema of 0006 with jobs of a rated group migrates, and its workers claim them on the new claim', async () => {
+    const schema = `q_up_${++seq}`;
+    (
+      await migrateQueue(
+        pool,
+        schema,
+        {},
+        QUEUE_MIGRATIONS.filter((m) => m.version <= 6),
+      )
+    )._unsafeUnwrap();
+    const queue = new Queue({
+      pool,
+      txManager: tm,
+      schema,
+      tasks,
+      groups: { default: { rate: { limit: 1, per: '1s' } } },
+    });
+    for (const to of ['a', 'b']) (await queue.enqueue(pool, 'email', { to }, { group: 'g' }))._unsafeUnwrap();
+    expect((await queue.migrate())._unsafeUnwrap()).toEqual({
+      applied: [7],
+      version: QUEUE_MIGRATIONS.length,
+    });
+    // One place in the window: the first job, then the second held back by the rate.
+    const claimed = (await queue.claim({ batch: 10 }))._unsafeUnwrap();
+    expect(claimed.map((j) => j.payload)).toEqual([{ to: 'a' }]);
+    expect((await queue.claim({ batch: 10 }))._unsafeUnwrap()).toEqual([]);
   });
 });

@@ -161,6 +161,47 @@ describe('the clock of a rate window', () => {
   });
 });
 
+describe('the wait hint of a short claim', () => {
+  it('names a group left out for its full window even when the window frees before the claim locks its rows', async () => {
+    // The claim chooses the groups to lock with now() (the start of its statement) and computed its hint
+    // with the clock it took after locking: a group whose window was full at the start and freed in
+    // between was neither claimed nor named in the hint. A worker whose claim ran across that moment
+    // (woken by another job's completion, or by its hint a millisecond early) claimed nothing and slept
+    // its whole poll interval with the job ready; two replicas could both end that way. Here the
+    // window's boundary is put just after now(), in one transaction.
+    const schema = `q_rates_${++seq}`;
+    const groups = { default: { rate: { limit: 2, per: 250, guard: 100 } } };
+    const limits = limitsDeclaration(groups, undefined);
+    const queue = replica(schema, { groups });
+    (await queue.migrate())._unsafeUnwrap();
+    (await queue.enqueue(pool, 'work', { n: 1 }, { group: 'a' }))._unsafeUnwrap();
+    const client = await pool.connect();
+    try {
+      await client.query('BEGIN');
+      // The window counts claims in the last per + guard: two claims at its very edge fill it until
+      // one microsecond after this transaction's now().
+      await client.query(
+        `UPDATE ${schema}.job_groups SET rate_times = array_fill(now() - $1::float8 * interval '1 millisecond' + interval '1 microsecond', ARRAY[2]) WHERE key = 'a'`,
+        [groups.default.rate.per + groups.default.rate.guard],
+      );
+      const t0 = (await client.query<{ t: Date }>('SELECT now() AS t')).rows[0]!.t;
+      await untilServerPasses(pool, t0, 1);
+      const r = await client.query<{ id: string | null; wait_ms: number | null }>(
+        `SELECT (r.job).id, r.wait_ms FROM ${schema}.claim_jobs_limited(4, 30000, ARRAY['work'], $1::jsonb) r`,
+        [limits],
+      );
+      await client.query('COMMIT');
+      const jobs = r.rows.filter((x) => x.id !== null);
+      const hints = r.rows.filter((x) => x.wait_ms !== null);
+      // Short (the group's window was full when the claim chose its groups), so it must say when to
+      // come back: the ready job waits for no poll.
+      expect(jobs.length > 0 || hints.length === 1).toBe(true);
+    } finally {
+      client.release();
+    }
+  });
+});
+
 describe('a worker of a queue with rate limits', () => {
   it('claims only for its free handler slots: no job claimed ahead waits in a local queue to start later', async () => {
     const schema = `q_rates_${++seq}`;
