@@ -18,9 +18,9 @@ import {
   firstFlightClass,
   fitsFirstFlight,
 } from './first-flight.js';
+import type { FlightOutcome, FlightSpec } from './flight-spec.js';
 import type { HookRunner } from './hooks.js';
 import { commitFailure, type RetryMode } from './retryable.js';
-import type { FlightOutcome, FlightSpec } from './send-flight.js';
 import { controlStatements } from './transaction-control.js';
 import type { TransactionStatuses } from './transaction-status.js';
 import type { TxSettings } from './tx-options.js';

@@ -1,6 +1,6 @@
 import type pg from 'pg';
+import type { FlightOutcome, FlightSpec } from './flight-spec.js';
 import { Mutex } from './mutex.js';
-import type { FlightOutcome, FlightSpec } from './send-flight.js';
 import type { AttemptScope, TxAttempt } from './tx-attempt.js';
 import { TxUsageError } from './tx-usage-error.js';
 import { type AfterCommit, type AfterRollback, type Isolation, TX, type Tx } from './types.js';
