@@ -357,8 +357,10 @@ export class Queue<T extends TaskMap = TaskMap> {
       group_key: string | null;
       created: boolean;
     };
+    // Without a key nothing can block the insert: the call alone, without the keyed read.
+    const text = o.key === undefined ? this.#inserts.enqueueUnkeyed : this.#inserts.enqueue;
     const attempt = (left: number): ResultAsync<EnqueuedJob, EnqueueError> =>
-      runStatement<Row>(db, this.#inserts.enqueue, params).andThen((res) => {
+      runStatement<Row>(db, text, params).andThen((res) => {
         const row = res.rows[0];
         if (row === undefined) {
           // The keyed job that blocked the insert committed after this statement's snapshot (or ended

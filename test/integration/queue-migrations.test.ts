@@ -25,6 +25,17 @@ const RELEASED: Readonly<Record<string, number>> = { '0.2.0': 1 };
 
 const queueOn = (schema: string) => new Queue({ pool, txManager: tm, schema, tasks });
 
+/**
+ * Enqueues a job on a schema not migrated to the newest version yet, with the schema's own SQL function
+ * (migration 0002): this version's enqueue() calls insert_jobs, which a schema gets from migration 0008.
+ */
+async function enqueueOnOlder(schema: string, to: string, group: string | null = null) {
+  await pool.query(`SELECT ${pg.escapeIdentifier(schema)}.enqueue('email', $1::jsonb, group_key => $2)`, [
+    JSON.stringify({ to }),
+    group,
+  ]);
+}
+
 async function recorded(schema: string) {
   const r = await pool.query<{ version: number; name: string; checksum: string }>(
     `SELECT version, name, checksum FROM ${pg.escapeIdentifier(schema)}.migrations ORDER BY version`,
@@ -220,7 +231,7 @@ describe('0005 (the claim floor)', () => {
       )
     )._unsafeUnwrap();
     const queue = queueOn(schema);
-    for (const to of ['a', 'b', 'c']) (await queue.enqueue(pool, 'email', { to }))._unsafeUnwrap();
+    for (const to of ['a', 'b', 'c']) await enqueueOnOlder(schema, to);
     expect((await queue.migrate())._unsafeUnwrap()).toEqual({
       applied: QUEUE_MIGRATIONS.filter((m) => m.version >= 5).map((m) => m.version),
       version: QUEUE_MIGRATIONS.length,
@@ -241,9 +252,7 @@ describe('0006 (the limited claim and the take-over completion without sequentia
     const s = pg.escapeIdentifier(schema);
     const before = QUEUE_MIGRATIONS.filter((m) => m.version <= 5);
     (await migrateQueue(pool, schema, {}, before))._unsafeUnwrap();
-    const queue = queueOn(schema);
-    for (const to of ['a', 'b', 'c'])
-      (await queue.enqueue(pool, 'email', { to }, { group: 'g' }))._unsafeUnwrap();
+    for (const to of ['a', 'b', 'c']) await enqueueOnOlder(schema, to, 'g');
     const limits = JSON.stringify({ default: { concurrency: 2 } });
     const claim = `SELECT (r.job).id::text AS id, (r.job).lease_token::text AS token, (r.job).payload
                      FROM ${s}.claim_jobs_limited(1, 30000, ARRAY['email'], $1::jsonb) AS r WHERE (r.job).id IS NOT NULL`;
@@ -320,9 +329,9 @@ describe('0007 (the wait hint names every group left out for its rate)', () => {
       tasks,
       groups: { default: { rate: { limit: 1, per: '1s' } } },
     });
-    for (const to of ['a', 'b']) (await queue.enqueue(pool, 'email', { to }, { group: 'g' }))._unsafeUnwrap();
+    for (const to of ['a', 'b']) await enqueueOnOlder(schema, to, 'g');
     expect((await queue.migrate())._unsafeUnwrap()).toEqual({
-      applied: [7],
+      applied: QUEUE_MIGRATIONS.filter((m) => m.version >= 7).map((m) => m.version),
       version: QUEUE_MIGRATIONS.length,
     });
     // One place in the window: the first job, then the second held back by the rate.
