@@ -5,6 +5,7 @@
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { Queue } from '../../src/queue/index.js';
+import { type ClaimedRow, jobsFromClaim, RAW_TEXT } from '../../src/queue/job.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
 import { takeNext } from '../fixtures/queue-helpers.js';
 import { useTestDatabase } from '../helpers.js';
@@ -65,6 +66,31 @@ describe('stored functions and their decoder', () => {
       await queue.enqueue(pool, 'email', { to: 'a' }, { key: 'k-1', priority: -3, group: 'g' })
     )._unsafeUnwrap();
     await expectDecoded(queue, await claimOne(queue));
+  });
+
+  it("claim_jobs_packed: the one row it returns itself decodes as the claim statements' aggregates do", async () => {
+    const queue = await migrated();
+    (
+      await queue.enqueue(pool, 'email', { to: 'p' }, { key: 'k-4', priority: -2, group: 'g' })
+    )._unsafeUnwrap();
+    (await queue.enqueue(pool, 'email', { to: 'q' }))._unsafeUnwrap();
+    const r = await pool.query<ClaimedRow>({
+      text: `SELECT * FROM ${queue.schema}.claim_jobs_packed(10, 30000, ARRAY['email'], '-infinity', 0)`,
+      rowMode: 'array',
+      types: RAW_TEXT,
+    });
+    expect(r.rows).toHaveLength(1);
+    const jobs = jobsFromClaim(r.rows[0]);
+    expect(jobs.map((j) => j.payload)).toEqual([{ to: 'p' }, { to: 'q' }]);
+    for (const job of jobs) await expectDecoded(queue, job);
+    // Nothing to claim: one row of NULLs, no job.
+    const none = await pool.query<ClaimedRow>({
+      text: `SELECT * FROM ${queue.schema}.claim_jobs_packed(10, 30000, ARRAY['email'], '-infinity', 0)`,
+      rowMode: 'array',
+      types: RAW_TEXT,
+    });
+    expect(none.rows).toEqual([[null, null, null, null]]);
+    expect(jobsFromClaim(none.rows[0])).toEqual([]);
   });
 
   it('claim_jobs_limited: the same shape, and its wait row is not a job', async () => {

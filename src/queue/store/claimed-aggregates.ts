@@ -9,7 +9,8 @@
  * payload still has to be validated: a job enqueued from SQL). The aggregates read the
  * function's rows in one pass, so their elements are in the same order. `filter`: a FILTER clause (the
  * limited claim's wait row is not a job). The schema's `complete_take_next` function (frozen in
- * migration 0001) returns its jobs taken over in this shape too, and `jobsFromClaim` decodes both:
+ * migration 0001) returns its jobs taken over in this shape too, and `claim_jobs_packed` (migration 0008,
+ * the worker's plain claim) returns this one row itself; `jobsFromClaim` decodes all three:
  * test/integration/queue-stored-shapes.test.ts calls each stored function on a migrated schema and
  * decodes its result, so a change of this shape that the frozen function does not follow fails there.
  */

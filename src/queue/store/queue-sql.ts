@@ -62,16 +62,15 @@ export function queueStatements(
       )${archiveDone('done', 'done')}${grouped ? slots('done') : ''}
       SELECT (SELECT coalesce(array_agg(id::text), '{}') FROM done) AS ids${grouped ? `, ${woke}` : ''}`;
   return {
-    // The claim: ONE statement (MATERIALIZED CTE with FOR UPDATE SKIP LOCKED, then UPDATE … RETURNING)
-    // inside the function claim_jobs of migration 0005 (that of 0001 with a lower bound, here none: from
-    // the front), which pins its plan (enable_sort = off) so stale statistics can never turn it into a
-    // sort of the whole backlog. Locks and plan choice are explained there: FOR UPDATE row locks on the
-    // chosen pending rows, SKIP LOCKED, held only for this autocommit statement; the lease (token +
-    // expiry) marks the job as taken afterwards. It keeps the group counters true (a grouped job it claims
-    // counts as running).
+    // The claim: ONE call of claim_jobs_packed (migration 0008: claim_jobs of 0005, from the front here,
+    // in plpgsql with its plans kept per connection), which returns the one row of aggregates itself
+    // (see claimed-aggregates.ts). Its plan is pinned (enable_sort = off, enable_seqscan = off) so stale
+    // statistics can never turn it into a sort of the whole backlog. Locks and plan choice are explained
+    // there: FOR UPDATE row locks on the chosen pending rows, SKIP LOCKED, held only for this autocommit
+    // statement; the lease (token + expiry) marks the job as taken afterwards. It keeps the group
+    // counters true (a grouped job it claims counts as running; a claim of ungrouped jobs skips the step).
     claim: `
-      SELECT ${claimedAggregates('')}
-        FROM ${s}.claim_jobs($1::int, $2::float8, $3::text[], '-infinity'::timestamptz, 0::bigint) AS j`,
+      SELECT * FROM ${s}.claim_jobs_packed($1::int, $2::float8, $3::text[], '-infinity'::timestamptz, 0::bigint)`,
     // The claim with what the claim floor needs (see claim-floor.ts): from ($4, $5), the floor, run_at as
     // epoch ms and id (-Infinity: from the front, a sweep). After the jobs: the entries of jobs_claimable
     // it read (the server's count for its statistics, read before the claim, b, which the LATERAL call

@@ -1,0 +1,82 @@
+// What a small plain claim costs the server, on a queue WITHOUT groups, in ONE connection (its backend's
+// CPU from /proc: the server must run on this machine), against variants put in place for the
+// measurement only:
+// - the claim statement as the worker sent it before migration 0008: an unnamed statement of the one row
+//   of aggregates (claimed-aggregates.ts) over claim_jobs' rows, parsed and planned at every call; the
+//   same statement prepared once (the price of parsing and planning it);
+// - the claim now: a call of claim_jobs_packed (migration 0008), which returns that row itself, with
+//   its plans kept per connection, and claims a batch without a grouped job without the group steps.
+// Each round builds a fresh queue (filled-queue.mjs), claims PGTXKIT_CLAIMV_BATCH jobs at a time (default
+// 8) and deletes each batch, until the table is empty; CPU per claim statement, median (min–max) of
+// interleaved rounds.
+// Run: npm run build && node bench/queue/claim-variants.mjs  (PGTXKIT_CLAIMV_ROUNDS, PGTXKIT_CLAIMV_BATCH)
+import { loadavg } from 'node:os';
+import pg from 'pg';
+import { jobsFromClaim, RAW_TEXT } from '../../dist/queue/job.js';
+import { claimedAggregates } from '../../dist/queue/store/claimed-aggregates.js';
+import { createTestDatabase, startPostgres } from '../../dist/testing/index.js';
+import { filledQueue } from './filled-queue.mjs';
+import { backendCpuUs } from './server-cpu.mjs';
+import { span } from './stats.mjs';
+
+const ROUNDS = Number(process.env.PGTXKIT_CLAIMV_ROUNDS ?? 5);
+const BATCH = Number(process.env.PGTXKIT_CLAIMV_BATCH ?? 8);
+const JOBS = 8000;
+
+const BEFORE = `SELECT ${claimedAggregates('')}
+  FROM "q".claim_jobs($1::int, $2::float8, $3::text[], '-infinity'::timestamptz, 0::bigint) AS j`;
+
+const server = await startPostgres();
+const db = await createTestDatabase(server.url, { prefix: 'claimv' });
+const pool = new pg.Pool({ connectionString: db.url, max: 2 });
+const load0 = loadavg()[0];
+const results = new Map();
+
+async function round(query) {
+  const { statements: s } = await filledQueue(pool, { jobs: JOBS });
+  const client = await pool.connect();
+  try {
+    const pid = (await client.query('SELECT pg_backend_pid() AS pid')).rows[0].pid;
+    let cpu = 0;
+    let claims = 0;
+    for (;;) {
+      const before = backendCpuUs(pid);
+      const r = await client.query({
+        ...query(s),
+        values: [BATCH, 30_000, ['noop']],
+        rowMode: 'array',
+        types: RAW_TEXT,
+      });
+      cpu += backendCpuUs(pid) - before;
+      const ids = jobsFromClaim(r.rows[0]).map((j) => j.id);
+      if (ids.length === 0) break;
+      claims++;
+      await client.query('DELETE FROM q.jobs WHERE id = ANY($1::bigint[])', [ids]);
+    }
+    return cpu / claims;
+  } finally {
+    client.release(true);
+  }
+}
+
+const VARIANTS = [
+  ['before 0008: aggregates over claim_jobs, unnamed', () => ({ text: BEFORE })],
+  ['before 0008: the same, named (prepared once)', () => ({ name: 'claim_before', text: BEFORE })],
+  ['now: claim_jobs_packed, unnamed (as the worker sends it)', (s) => ({ text: s.claim })],
+];
+for (let r = 0; r < ROUNDS; r++) {
+  for (let i = 0; i < VARIANTS.length; i++) {
+    const [name, query] = VARIANTS[(i + r) % VARIANTS.length];
+    results.set(name, [...(results.get(name) ?? []), await round(query)]);
+  }
+  process.stderr.write(`round ${r + 1}/${ROUNDS}\n`);
+}
+console.log(`| claim of ${BATCH} jobs, queue without groups | backend CPU µs per claim: median (min–max) |`);
+console.log('|---|---:|');
+for (const [name, xs] of results) console.log(`| ${name} | ${span(xs, 0)} |`);
+console.log(
+  `\n${JOBS} jobs per round, one connection, ${ROUNDS} interleaved rounds; load average ${load0.toFixed(2)} → ${loadavg()[0].toFixed(2)}`,
+);
+await pool.end();
+await db.drop();
+await server.stop();
