@@ -12,10 +12,12 @@
 -- the server parsed, analyzed and planned it again at every call: for one job, more than half of the
 -- statement's server CPU. Measured (bench/queue/enqueue-variants.mjs, one job per statement, one
 -- connection, a LISTEN session connected, the whole server's CPU from /proc, PostgreSQL 18.4, 3
--- interleaved rounds): the statement as sent 437 µs per job (427–440), the same statement prepared once
--- 207 (197–213); an insert without the group CTE, ON CONFLICT and the keyed read 303 (297–310) unnamed,
--- 237 (233–253) inside a plpgsql function; of that, the jobs_notify trigger's NOTIFY 67 (the function
--- with the trigger disabled: 170). graphile-worker's add_job() 553 (530–653) in the same rounds.
+-- interleaved rounds, µs per job, median (min–max)): the statement as sent 450 (413–507), the same
+-- statement prepared once 217 (190–220); the call of insert_jobs below 257 (247–263), 340 (327–373)
+-- through the keyed enqueue's statement (the call and the keyed read) with no key; of it, the
+-- jobs_notify trigger's NOTIFY 84 (with the trigger disabled 173; a trigger without its transition
+-- table cost as much, 270 against 245 in a second run: the price is the NOTIFY's, which a worker needs).
+-- graphile-worker's add_job() 520 (503–717) in the same rounds.
 -- A plpgsql function keeps each statement's plan for the connection (a new connection, a PgBouncer
 -- transaction-mode client included, plans it at its first call), and the statement the client sends
 -- is a call of it, parsed in microseconds.
@@ -89,7 +91,8 @@ END $$;
 -- holds together with the decoder). The worker sent `SELECT <the aggregates> FROM claim_jobs(…)`
 -- unnamed: its select list was parsed and planned at every claim. Measured (bench/queue/
 -- claim-variants.mjs, claims of 8 on a queue without groups, one connection, its backend's CPU, 3
--- interleaved rounds): 690 µs per claim (640–740) unnamed, 570 (540–580) prepared once.
+-- interleaved rounds): 620 µs per claim (620–640) unnamed, 510 (400–540) prepared once, 450 (420–480)
+-- for claim_jobs_packed below (its plans kept, the aggregates in it, no group steps).
 -- claim_jobs_packed(n, lease_ms, tasks, from_at, from_id): claim_jobs of migration 0005 (the same
 -- choice, lock and lease of up to n ready jobs from the key (from_at, from_id); '-infinity' is a claim
 -- from the front) in plpgsql, whose plans each connection keeps, with its group steps run only when a
