@@ -8,7 +8,7 @@ import { z } from 'zod';
 import { Queue } from '../../src/queue/index.js';
 import { type ClaimedRow, jobsFromClaim, RAW_TEXT } from '../../src/queue/job.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
-import { eventually } from '../fixtures/queue-helpers.js';
+import { eventually, whileGroupsShared } from '../fixtures/queue-helpers.js';
 import { useTestDatabase } from '../helpers.js';
 
 const { pool } = await useTestDatabase();
@@ -42,27 +42,6 @@ async function sweepClaim(db: pg.Pool | pg.PoolClient, queue: Queue<typeof tasks
   return r.rows.map((row) => ({ payload: row.payload, group: row.group_key }));
 }
 
-/**
- * Runs `claim` on a connection with a lock_timeout while another transaction holds job_groups in SHARE
- * mode (which conflicts with the ROW EXCLUSIVE lock an UPDATE of the table takes): the claim either
- * never asks for that lock, or fails with the lock timeout (55P03) instead of waiting.
- */
-async function whileGroupsShared<R>(queue: Queue<typeof tasks>, claim: (c: pg.PoolClient) => Promise<R>) {
-  const holder = await pool.connect();
-  const client = await pool.connect();
-  try {
-    await holder.query('BEGIN');
-    await holder.query(`LOCK TABLE ${pg.escapeIdentifier(queue.schema)}.job_groups IN SHARE MODE`);
-    await client.query(`SET lock_timeout = '2s'`);
-    return await claim(client).catch((e: { code?: string }) => e.code ?? 'no SQLSTATE');
-  } finally {
-    await holder.query('ROLLBACK');
-    holder.release();
-    await client.query('RESET lock_timeout');
-    client.release();
-  }
-}
-
 async function running(queue: Queue<typeof tasks>) {
   const r = await pool.query<{ key: string; running: number }>(
     `SELECT key, running FROM ${pg.escapeIdentifier(queue.schema)}.job_groups ORDER BY key`,
@@ -74,7 +53,9 @@ describe('claim_jobs_packed', () => {
   it('a claim of ungrouped jobs does not lock job_groups: it claims while another transaction holds the table in SHARE mode', async () => {
     const queue = await freshQueue();
     (await queue.enqueueMany(pool, 'email', [{ to: 'a' }, { to: 'b' }]))._unsafeUnwrap();
-    const claimed = await whileGroupsShared(queue, (c) => packedClaim(c, queue, 5));
+    const claimed = await whileGroupsShared(pool, queue.schema, (c) =>
+      packedClaim(c, queue, 5).catch((e: { code?: string }) => e.code ?? 'no SQLSTATE'),
+    );
     expect(typeof claimed === 'string' ? claimed : claimed.map((j) => j.payload)).toEqual([
       { to: 'a' },
       { to: 'b' },
@@ -84,7 +65,11 @@ describe('claim_jobs_packed', () => {
   it('naive control: a claim of a grouped job counts it in its group, so it does ask for that lock (here: the lock timeout)', async () => {
     const queue = await freshQueue();
     (await queue.enqueue(pool, 'email', { to: 'c' }, { group: 'g' }))._unsafeUnwrap();
-    expect(await whileGroupsShared(queue, (c) => packedClaim(c, queue, 5))).toBe('55P03');
+    expect(
+      await whileGroupsShared(pool, queue.schema, (c) =>
+        packedClaim(c, queue, 5).catch((e: { code?: string }) => e.code ?? 'no SQLSTATE'),
+      ),
+    ).toBe('55P03');
     // The failed claim left nothing behind: the job is still pending and its group at 0.
     expect(await running(queue)).toEqual([{ key: 'g', running: 0 }]);
     const [job] = await packedClaim(pool, queue, 5);

@@ -9,6 +9,7 @@ import { Queue } from '../../src/queue/index.js';
 import { migrateQueue } from '../../src/queue/schema/migrate-queue.js';
 import { QUEUE_MIGRATIONS } from '../../src/queue/schema/queue-migrations.generated.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
+import { whileGroupsShared } from '../fixtures/queue-helpers.js';
 import { useTestDatabase } from '../helpers.js';
 
 const { pool } = await useTestDatabase();
@@ -22,33 +23,14 @@ async function freshQueue() {
   return queue;
 }
 
-/**
- * Runs `enqueue` on a connection with a lock_timeout while another transaction holds job_groups in SHARE
- * mode (which conflicts with the ROW EXCLUSIVE lock an INSERT into the table takes): the enqueue either
- * never asks for that lock, or fails with the lock timeout (55P03) instead of waiting.
- */
-async function whileGroupsShared<R>(queue: Queue<typeof tasks>, enqueue: (c: pg.PoolClient) => Promise<R>) {
-  const holder = await pool.connect();
-  const client = await pool.connect();
-  try {
-    await holder.query('BEGIN');
-    await holder.query(`LOCK TABLE ${pg.escapeIdentifier(queue.schema)}.job_groups IN SHARE MODE`);
-    await client.query(`SET lock_timeout = '2s'`);
-    return await enqueue(client);
-  } finally {
-    await holder.query('ROLLBACK');
-    holder.release();
-    await client.query('RESET lock_timeout');
-    client.release();
-  }
-}
-
 describe('insert_jobs', () => {
   it('a job without a group does not lock job_groups: it enqueues while another transaction holds the table in SHARE mode', async () => {
     const queue = await freshQueue();
-    const job = await whileGroupsShared(queue, async (c) => queue.enqueue(c, 'email', { to: 'a' }));
+    const job = await whileGroupsShared(pool, queue.schema, async (c) =>
+      queue.enqueue(c, 'email', { to: 'a' }),
+    );
     expect(job._unsafeUnwrap()).toMatchObject({ created: true, group: null, key: null, state: 'pending' });
-    const many = await whileGroupsShared(queue, async (c) =>
+    const many = await whileGroupsShared(pool, queue.schema, async (c) =>
       queue.enqueueMany(c, 'email', [{ to: 'b' }, { to: 'c' }], { keys: ['k1', null] }),
     );
     expect(many._unsafeUnwrap()).toMatchObject({ skipped: 0 });
@@ -57,7 +39,7 @@ describe('insert_jobs', () => {
 
   it('naive control: a job with a group creates its row, so it does wait for that lock (here: the lock timeout)', async () => {
     const queue = await freshQueue();
-    const job = await whileGroupsShared(queue, async (c) =>
+    const job = await whileGroupsShared(pool, queue.schema, async (c) =>
       queue.enqueue(c, 'email', { to: 'a' }, { group: 'g1' }),
     );
     expect(job._unsafeUnwrapErr()).toMatchObject({ kind: 'LockNotAvailable' });
