@@ -121,15 +121,16 @@ describe('group locks in key order', () => {
       const probe = await pool.connect();
       const claimer = await pool.connect();
       try {
-        const pid = (await claimer.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]?.pid;
         await holder.query('BEGIN');
         await holder.query(`SELECT 1 FROM ${s}.job_groups WHERE key = 'b' FOR UPDATE`);
         const claiming = claim(claimer, queue, 2);
-        // The claim is waiting for a lock (group b's row, held above) ...
+        // The claim is waiting for a lock (group b's row, held above); found by its text, as behind a
+        // transaction-mode PgBouncer its server session is not known in advance.
         await eventually(async () => {
           const r = await probe.query(
-            `SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'`,
-            [pid],
+            `SELECT 1 FROM pg_stat_activity
+              WHERE wait_event_type = 'Lock' AND query LIKE $1 AND pid <> pg_backend_pid()`,
+            [`%${name}(%`],
           );
           return r.rowCount === 1;
         });
