@@ -4,7 +4,8 @@
 //   two data-modifying CTEs (the groups' rows, the jobs with ON CONFLICT) and the keyed read, parsed and
 //   planned at every call; the same statement prepared once (the price of parsing and planning it);
 // - enqueue() now: a call of insert_jobs (migration 0008), without a key (the call alone) and through
-//   the keyed statement (the call in a CTE and the keyed read) with a NULL key; the call with the
+//   one statement of the call in a CTE and the keyed read (a keyed enqueue's first design) with a NULL
+//   key; the call with a key not held (a keyed enqueue: the read is sent only when it is); the call with the
 //   jobs_notify trigger disabled (the NOTIFY's price);
 // - graphile-worker's add_job().
 // Interleaved rounds, median (min–max).
@@ -52,6 +53,16 @@ const BEFORE = `
        WHERE ($8::text[])[1] IS NOT NULL AND task = $1 AND key = ($8::text[])[1] AND state IN ('pending', 'running')
          AND NOT EXISTS (SELECT 1 FROM ins)`;
 const now = insertStatements('q');
+/** The call and the keyed read in one statement. */
+const CALL_AND_READ = `
+      WITH ins AS (SELECT * FROM ${now.enqueue.slice(now.enqueue.indexOf('"q".insert_jobs'))})
+      SELECT inserted_id AS id, inserted_task AS task, inserted_state AS state, inserted_run_at AS run_at,
+             inserted_key AS key, inserted_group_key AS group_key, true AS created FROM ins
+      UNION ALL
+      SELECT id, task, state, run_at, key, group_key, false AS created FROM "q".jobs
+       WHERE ($8::text[])[1] IS NOT NULL AND task = $1 AND key = ($8::text[])[1] AND state IN ('pending', 'running')
+         AND NOT EXISTS (SELECT 1 FROM ins)`;
+let keySeq = 0;
 
 const values = insertJobsValues({
   task: 'noop',
@@ -71,12 +82,16 @@ const variants = [
     'before 0008: the CTE statement, named (prepared once)',
     (c) => c.query({ name: 'enq_before', text: BEFORE, values }),
   ],
-  ['enqueue() now, no key: the insert_jobs call', (c) => c.query(now.enqueueUnkeyed, values)],
-  ['enqueue() now, keyed statement (call + keyed read), key NULL', (c) => c.query(now.enqueue, values)],
-  ['enqueue() now, no key, jobs_notify disabled', (c) => c.query(now.enqueueUnkeyed, values), true],
+  ['enqueue() now, no key: the insert_jobs call', (c) => c.query(now.enqueue, values)],
+  ['the call and the keyed read in one statement, key NULL', (c) => c.query(CALL_AND_READ, values)],
+  [
+    'enqueue() now, a key not held: the insert_jobs call',
+    (c) => c.query(now.enqueue, values.with(7, [`k${++keySeq}`])),
+  ],
+  ['enqueue() now, no key, jobs_notify disabled', (c) => c.query(now.enqueue, values), true],
   [
     'enqueue() now, no key, jobs_notify without its transition table (NOTIFY at every insert)',
-    (c) => c.query(now.enqueueUnkeyed, values),
+    (c) => c.query(now.enqueue, values),
     false,
     `DROP TRIGGER jobs_notify ON q.jobs;
      CREATE FUNCTION q.notify_plain() RETURNS trigger LANGUAGE plpgsql AS $f$ BEGIN PERFORM pg_notify('q_jobs', ''); RETURN NULL; END $f$;

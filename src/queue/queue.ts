@@ -357,25 +357,28 @@ export class Queue<T extends TaskMap = TaskMap> {
       group_key: string | null;
       created: boolean;
     };
-    // Without a key nothing can block the insert: the call alone, without the keyed read.
-    const text = o.key === undefined ? this.#inserts.enqueueUnkeyed : this.#inserts.enqueue;
+    const found = (row: Row): EnqueuedJob => ({
+      id: String(row.id),
+      task: row.task,
+      state: row.state,
+      runAt: row.run_at,
+      key: row.key,
+      group: row.group_key,
+      created: row.created,
+    });
+    const key = o.key;
     const attempt = (left: number): ResultAsync<EnqueuedJob, EnqueueError> =>
-      runStatement<Row>(db, text, params).andThen((res) => {
+      runStatement<Row>(db, this.#inserts.enqueue, params).andThen((res) => {
         const row = res.rows[0];
-        if (row === undefined) {
-          // The keyed job that blocked the insert committed after this statement's snapshot (or ended
-          // meanwhile): run again with a fresh snapshot. Bounded.
+        if (row !== undefined) return ok<EnqueuedJob, EnqueueError>(found(row));
+        // No row: a live job of the task holds the key (an insert without a key always returns its job).
+        if (key === undefined) return errAsync(new NotFound(`${this.schema}.jobs`, []));
+        return runStatement<Row>(db, this.#inserts.liveKeyed, [task, key]).andThen((live) => {
+          const holder = live.rows[0];
+          if (holder !== undefined) return ok<EnqueuedJob, EnqueueError>(found(holder));
+          // The keyed job that blocked the insert ended before the read: insert again. Bounded.
           if (left > 0) return attempt(left - 1);
-          return errAsync(new NotFound(`${this.schema}.jobs`, [o.key]));
-        }
-        return ok<EnqueuedJob, EnqueueError>({
-          id: String(row.id),
-          task: row.task,
-          state: row.state,
-          runAt: row.run_at,
-          key: row.key,
-          group: row.group_key,
-          created: row.created,
+          return errAsync(new NotFound(`${this.schema}.jobs`, [key]));
         });
       });
     return send === undefined
