@@ -322,12 +322,42 @@ describe('0007 (the wait hint names every group left out for its rate)', () => {
     });
     for (const to of ['a', 'b']) (await queue.enqueue(pool, 'email', { to }, { group: 'g' }))._unsafeUnwrap();
     expect((await queue.migrate())._unsafeUnwrap()).toEqual({
-      applied: [7],
+      applied: QUEUE_MIGRATIONS.filter((m) => m.version >= 7).map((m) => m.version),
       version: QUEUE_MIGRATIONS.length,
     });
     // One place in the window: the first job, then the second held back by the rate.
     const claimed = (await queue.claim({ batch: 10 }))._unsafeUnwrap();
     expect(claimed.map((j) => j.payload)).toEqual([{ to: 'a' }]);
     expect((await queue.claim({ batch: 10 }))._unsafeUnwrap()).toEqual([]);
+  });
+});
+
+describe('0008 (the completion by the primary key: complete_jobs)', () => {
+  it('a job claimed on a schema of 0007 is completed after the migration, by its lease, and only once', async () => {
+    const schema = `q_up_${++seq}`;
+    (
+      await migrateQueue(
+        pool,
+        schema,
+        {},
+        QUEUE_MIGRATIONS.filter((m) => m.version <= 7),
+      )
+    )._unsafeUnwrap();
+    const queue = new Queue({ pool, txManager: tm, schema, tasks });
+    (await queue.enqueue(pool, 'email', { to: 'a' }))._unsafeUnwrap();
+    const [job] = (await queue.claim({ batch: 1 }))._unsafeUnwrap();
+    if (job === undefined) throw new Error('no job claimed');
+    expect((await queue.migrate())._unsafeUnwrap()).toEqual({
+      applied: QUEUE_MIGRATIONS.filter((m) => m.version >= 8).map((m) => m.version),
+      version: QUEUE_MIGRATIONS.length,
+    });
+    expect((await queue.completeMany([job]))._unsafeUnwrap()).toMatchObject({
+      completed: [job.id],
+      lost: [],
+    });
+    expect((await queue.completeMany([job]))._unsafeUnwrap()).toMatchObject({
+      completed: [],
+      lost: [job.id],
+    });
   });
 });
