@@ -7,7 +7,7 @@
 // which the planner ran as a scan of jobs_leases for 100 ids) and the reaper from the front; both grow.
 // Counts, not times.
 import type pg from 'pg';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { Queue } from '../../src/queue/index.js';
 import type { ClaimedLease } from '../../src/queue/job.js';
@@ -17,6 +17,7 @@ import { ReapFloor } from '../../src/queue/store/reap-floor.js';
 import { leaseArrays } from '../../src/queue/store/split-leases.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
 import { useTestDatabase } from '../helpers.js';
+import { useHorizonHolder } from './hold-horizon.js';
 
 const { pool } = await useTestDatabase();
 const tasks = { work: z.object({}) };
@@ -75,21 +76,8 @@ const naiveCompletion = (schema: string) => `
   )
   SELECT (SELECT coalesce(array_agg(id::text), '{}') FROM done) AS ids`;
 
-let holder: pg.PoolClient | undefined;
-beforeEach(async () => {
-  holder = await pool.connect();
-});
-afterEach(async () => {
-  await holder?.query('ROLLBACK');
-  holder?.release();
-  holder = undefined;
-});
-
 /** Holds the MVCC horizon back: a REPEATABLE READ transaction that has taken its snapshot. */
-async function holdHorizon() {
-  await holder?.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
-  await holder?.query('SELECT 1');
-}
+const holdHorizon = useHorizonHolder(pool);
 
 const BATCH = 100;
 const ROUNDS = 50; // 5,000 jobs claimed and completed
