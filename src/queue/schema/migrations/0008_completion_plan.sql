@@ -17,7 +17,7 @@
 -- PostgreSQL 18, a completion of 100 jobs under a held REPEATABLE READ snapshot): the statement read 215
 -- shared buffers after 200 jobs completed and 359 after 5,000 (200 of them the DELETE's own), growing
 -- linearly (one more buffer per 33 jobs completed; the table ANALYZEd first); through
--- complete_jobs, 402 and 402.
+-- complete_jobs, 402 and 402 (PostgreSQL 14: 600 and 600, one descent of the primary key per id).
 --
 -- complete_jobs(ids, tokens): that DELETE, and nothing else (the archive and the group steps stay in the
 -- worker's statement). Lock: FOR UPDATE (the row lock of DELETE) on each job still running under its
