@@ -1,10 +1,13 @@
 // The completion and the reaper while another session holds the MVCC horizon back (a REPEATABLE READ
 // snapshot left open): claiming a job adds its entry to jobs_leases (every running job, by lease
 // expiry), and completing it leaves that entry behind, which nothing can remove or mark while the
-// snapshot is held. The property of each statement: its cost (shared buffers, from EXPLAIN (ANALYZE,
-// BUFFERS) of the statement as the worker sends it) is no larger after 5,000 jobs completed than after
-// 200. Naive controls: the completion as written before migration 0008 (a DELETE joined to the ids,
-// which the planner ran as a scan of jobs_leases for 100 ids) and the reaper from the front; both grow.
+// snapshot is held. The property of each statement, as the worker sends it: what it reads to find its
+// jobs (shared buffers of the input of its DELETE or UPDATE, from auto_explain; for the reaper, the whole
+// statement from EXPLAIN (ANALYZE, BUFFERS)) is no more after 5,000 jobs completed than after 200, for
+// the completion, fail, heartbeat and release of 100 jobs and for a reaper pass of none. Naive controls:
+// the completion and the heartbeat as written before migration 0008 (a DELETE or UPDATE joined to the
+// ids, which the planner ran as a scan of jobs_leases for 100 ids) and the reaper from the front; they
+// grow.
 // Counts, not times.
 import type pg from 'pg';
 import { describe, expect, it } from 'vitest';
@@ -12,7 +15,7 @@ import { z } from 'zod';
 import { Queue } from '../../src/queue/index.js';
 import type { ClaimedLease } from '../../src/queue/job.js';
 import { JobStatements } from '../../src/queue/store/job-statements.js';
-import { queueStatements } from '../../src/queue/store/queue-sql.js';
+import { type QueueStatements, queueStatements } from '../../src/queue/store/queue-sql.js';
 import { ReapFloor } from '../../src/queue/store/reap-floor.js';
 import { leaseArrays } from '../../src/queue/store/split-leases.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
@@ -88,10 +91,16 @@ const ROUNDS = 50; // 5,000 jobs claimed and completed
  * the last (5,000), on one connection that ran it twice before (its catalog reads and cached plans are
  * not the statement's cost).
  */
-async function scenario(s: Setup, lease: number, measure: (c: pg.PoolClient) => Promise<number>) {
+async function scenario(
+  s: Setup,
+  lease: number,
+  measure: (c: pg.PoolClient) => Promise<number>,
+  prepare: (c: pg.PoolClient) => Promise<void> = async () => {},
+) {
   await holdHorizon();
   const client = await pool.connect();
   try {
+    await prepare(client);
     const at = async () => {
       await measure(client);
       await measure(client);
@@ -111,37 +120,128 @@ async function scenario(s: Setup, lease: number, measure: (c: pg.PoolClient) => 
   }
 }
 
+interface PlanNode {
+  'Node Type': string;
+  'Relation Name'?: string;
+  'Shared Hit Blocks'?: number;
+  'Shared Read Blocks'?: number;
+  Plans?: PlanNode[];
+}
+
+/** The ModifyTable nodes on the jobs table in `plan` and below. */
+function writesToJobs(plan: PlanNode): PlanNode[] {
+  const own = plan['Node Type'] === 'ModifyTable' && plan['Relation Name'] === 'jobs' ? [plan] : [];
+  return [...own, ...(plan.Plans ?? []).flatMap(writesToJobs)];
+}
+
 /**
- * What a completion of 100 jobs reads, through `text` (the worker's or the naive one): 100 jobs are
- * enqueued and claimed, completed under EXPLAIN (rolled back), then completed for real.
+ * The shared buffers (hit + read) `text` with `values` read to FIND the jobs it writes: the input of its
+ * DELETE or UPDATE of jobs (the scan and join below the ModifyTable node), whether the statement runs it
+ * or a function it calls does (auto_explain's plans, nested statements included), rolled back. Writing
+ * the rows is left out: under a held snapshot each new row version and index entry costs more as the
+ * table grows, whatever the plan (the heartbeat's UPDATE, measured: its scan 303 buffers after 200 jobs
+ * completed and after 5,000, the whole UPDATE 1,173 and 1,303).
  */
-function completion(s: Setup, text: string) {
+async function findBuffers(client: pg.PoolClient, text: string, values: unknown[]) {
+  const plans: PlanNode[] = [];
+  const onNotice = (notice: { message?: string | undefined }) => {
+    const m = notice.message ?? '';
+    if (m.includes('"Plan"')) plans.push((JSON.parse(m.slice(m.indexOf('{'))) as { Plan: PlanNode }).Plan);
+  };
+  client.on('notice', onNotice);
+  await client.query('BEGIN');
+  try {
+    await client.query(text, values);
+  } finally {
+    await client.query('ROLLBACK');
+    client.off('notice', onNotice);
+  }
+  const found = plans.flatMap(writesToJobs).map((w) => w.Plans?.[0]);
+  if (found.length !== 1 || found[0] === undefined) throw new Error(`${found.length} writes to jobs`);
+  return (found[0]['Shared Hit Blocks'] ?? 0) + (found[0]['Shared Read Blocks'] ?? 0);
+}
+
+/** auto_explain on `client`: every plan, nested ones included, with buffers, as JSON notices. */
+async function explainAll(client: pg.PoolClient) {
+  await client.query(`LOAD 'auto_explain'`);
+  for (const setting of [
+    'log_min_duration = 0',
+    'log_analyze = on',
+    'log_buffers = on',
+    'log_nested_statements = on',
+    'log_format = json',
+    'log_level = notice',
+  ])
+    await client.query(`SET auto_explain.${setting}`);
+}
+
+/**
+ * What a settle of 100 jobs reads to find them, through `text` with the values `values` gives: 100 jobs
+ * are enqueued and claimed, settled (rolled back), then completed for real.
+ */
+function settle(s: Setup, text: string, values: (jobs: ClaimedLease[]) => unknown[]) {
   return async (client: pg.PoolClient) => {
     await enqueue(s.schema, BATCH);
     const jobs = await claim(s, BATCH, 60_000);
-    const n = await buffers(client, text, leaseArrays(jobs));
+    const n = await findBuffers(client, text, values(jobs));
     expect((await s.store.completeClaimed(jobs))._unsafeUnwrap().completed).toHaveLength(BATCH);
     return n;
   };
 }
 
-describe('the completion of 100 jobs while a snapshot holds the horizon back', () => {
-  it('reads no more after 5,000 jobs completed than after 200 (the primary key, whatever the plan chose)', async () => {
-    const s = await storeOn(() => 0);
-    const { early, late } = await scenario(s, 60_000, completion(s, s.sql.completeUngrouped));
-    // Measured, PostgreSQL 18: 402 and 402 (2 buffers per id in the primary key, 2 in the DELETE); the
-    // naive control below 215 and 359. PostgreSQL 14: 600 and 600 (before 17, the scan of the primary
-    // key descends once per id); the naive control 215 and 359.
-    expect({ early, late, bounded: late <= early + 10 }).toMatchObject({ bounded: true });
-  });
+/** The worker's settle statements, each with its values for a batch of jobs. */
+const settles = {
+  completion: (sql: QueueStatements) =>
+    [sql.completeUngrouped, (jobs: ClaimedLease[]) => leaseArrays(jobs)] as const,
+  fail: (sql: QueueStatements) =>
+    [
+      sql.fail,
+      (jobs: ClaimedLease[]) => [
+        ...leaseArrays(jobs),
+        jobs.map(() => 'boom'),
+        jobs.map(() => null),
+        jobs.map(() => false),
+      ],
+    ] as const,
+  extend: (sql: QueueStatements) =>
+    [sql.extend, (jobs: ClaimedLease[]) => [...leaseArrays(jobs), 60_000]] as const,
+  release: (sql: QueueStatements) => [sql.release, (jobs: ClaimedLease[]) => leaseArrays(jobs)] as const,
+};
 
-  it('naive control: the DELETE joined to the ids scans jobs_leases, and grows with the jobs completed', async () => {
-    const s = await storeOn(() => 0);
-    await pool.query(`ANALYZE ${s.schema}.jobs`);
-    const { early, late } = await scenario(s, 60_000, completion(s, naiveCompletion(s.schema)));
-    expect({ early, late, bounded: late <= early + 10 }).toMatchObject({ bounded: false });
-    expect(late).toBeGreaterThan(early + 100);
-  });
+/** The heartbeat as the worker sent it before migration 0008: the UPDATE joined to the ids. */
+const naiveExtend = (schema: string) => `
+  UPDATE ${schema}.jobs j SET lease_expires_at = now() + $3 * interval '1 millisecond', updated_at = now()
+    FROM unnest($1::bigint[], $2::uuid[]) AS i(id, token)
+   WHERE j.id = i.id AND j.lease_token = i.token AND j.state = 'running'
+  RETURNING j.id, j.lease_expires_at`;
+
+describe('a settle of 100 jobs while a snapshot holds the horizon back', () => {
+  for (const [name, statement] of Object.entries(settles)) {
+    it(`${name}: reads no more after 5,000 jobs completed than after 200 (the primary key, whatever the statistics)`, async () => {
+      const s = await storeOn(() => 0);
+      await pool.query(`ANALYZE ${s.schema}.jobs`);
+      const [text, values] = statement(s.sql);
+      const { early, late } = await scenario(s, 60_000, settle(s, text, values), explainAll);
+      // Measured, PostgreSQL 18: 202 and 202 for each (2 buffers per id in jobs_pkey: the job's pending
+      // and running versions); the naive controls below 15 and 159 (completion), 19 and 168 (heartbeat).
+      // PostgreSQL 14: 400 and 400 (before 17 the scan descends the primary key once per id); 15 and
+      // 159, 18 and 164.
+      expect({ early, late, bounded: late <= early + 10 }).toMatchObject({ bounded: true });
+    });
+  }
+
+  for (const [name, naive] of [
+    ['the DELETE joined to the ids', naiveCompletion],
+    ['the heartbeat UPDATE joined to the ids', naiveExtend],
+  ] as const)
+    it(`naive control: ${name} scans jobs_leases, and grows with the jobs completed`, async () => {
+      const s = await storeOn(() => 0);
+      await pool.query(`ANALYZE ${s.schema}.jobs`);
+      const values = naive === naiveExtend ? settles.extend(s.sql)[1] : settles.completion(s.sql)[1];
+      const { early, late } = await scenario(s, 60_000, settle(s, naive(s.schema), values), explainAll);
+      expect({ early, late, bounded: late <= early + 10 }).toMatchObject({ bounded: false });
+      expect(late).toBeGreaterThan(early + 50);
+    });
 });
 
 /** What a reaper pass finds nothing with reads, from `from` (epoch ms, or -Infinity: the front). */

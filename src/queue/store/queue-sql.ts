@@ -51,10 +51,11 @@ export function queueStatements(
   // id + lease_token + state: a settle whose lease was lost (reaped, re-claimed, cancelled) matches
   // nothing and changes nothing. One statement for a whole batch. Done jobs are deleted (or moved to
   // jobs_archive) so the hot table stays small. The DELETE is the function complete_jobs of migration
-  // 0008, whose plan probes the primary key once per id whatever the statistics: written here, the
+  // 0008, whose only plan reads the primary key for the ids whatever the statistics: written here, the
   // planner chose for 100 ids or more a scan of jobs_leases, every running job and every entry a job
-  // completed while a session held the MVCC horizon left behind (145 shared buffers for 100 ids after
-  // 5,000 jobs completed under a held snapshot, growing with them; 300 by the primary key, 3 per id).
+  // completed while a session held the MVCC horizon left behind (to find 100 jobs: 15 shared buffers
+  // after 200 jobs completed under a held snapshot, 159 after 5,000, growing with them; by the primary
+  // key 202 and 202).
   // MATERIALIZED: the function runs once. The ids come back in ONE row (a text[]): 500 result rows cost
   // the worker more to parse than the statement's own work. `grouped`: with the steps that give the
   // group slots back (and the wake-up).
@@ -138,36 +139,24 @@ export function queueStatements(
                                      ${options.archive ? 'true' : 'false'}) AS r`,
     // Lock: FOR NO KEY UPDATE (row lock of an UPDATE that leaves keys alone) on each job still running
     // under its token. Fenced like complete. Retry at now() + explicit delay, or the job's backoff with
-    // full jitter; dead once attempts are used up (or when final). Frees the group slots.
+    // full jitter; dead once attempts are used up (or when final). Frees the group slots. The UPDATE is
+    // the function fail_jobs of migration 0008, for the plan of the completion's (see `completion`).
     fail: `
-      WITH failed AS (
-      UPDATE ${jobs} j
-         SET state = CASE WHEN i.final OR j.attempts >= j.max_attempts THEN 'dead' ELSE 'pending' END,
-             run_at = CASE WHEN i.final OR j.attempts >= j.max_attempts THEN j.run_at
-                      ELSE now() + coalesce(i.delay_ms, ${s}.retry_delay_ms(j.attempts, j.backoff_base_ms, j.backoff_cap_ms))
-                                   * interval '1 millisecond' END,
-             last_error = i.error, lease_token = NULL, lease_expires_at = NULL, updated_at = now()
-        FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::float8[], $5::boolean[]) AS i(id, token, error, delay_ms, final)
-       WHERE j.id = i.id AND j.lease_token = i.token AND j.state = 'running'
-      RETURNING j.id, j.state, j.run_at, j.group_key
+      WITH failed AS MATERIALIZED (
+        SELECT j.id, j.state, j.run_at, j.group_key
+          FROM ${s}.fail_jobs($1::bigint[], $2::uuid[], $3::text[], $4::float8[], $5::boolean[]) j
       )${slots('failed')}
       SELECT f.id, f.state, f.run_at, w.woke FROM failed f, (SELECT ${woke}) w`,
-    // Lock: FOR NO KEY UPDATE on each job still running under its token (heartbeat). Fenced.
+    // Lock: FOR NO KEY UPDATE on each job still running under its token (heartbeat). Fenced. The UPDATE
+    // is the function extend_leases of migration 0008, for the plan of the completion's.
     extend: `
-      UPDATE ${jobs} j SET lease_expires_at = now() + $3 * interval '1 millisecond', updated_at = now()
-        FROM unnest($1::bigint[], $2::uuid[]) AS i(id, token)
-       WHERE j.id = i.id AND j.lease_token = i.token AND j.state = 'running'
-      RETURNING j.id, j.lease_expires_at`,
+      SELECT j.id, j.lease_expires_at FROM ${s}.extend_leases($1::bigint[], $2::uuid[], $3::float8) j`,
     // Lock: FOR NO KEY UPDATE on each job still running under its token. Gives jobs back on shutdown
-    // without charging the attempt (the handler did not fail). Fenced. Frees the group slots.
+    // without charging the attempt (the handler did not fail). Fenced. Frees the group slots. The UPDATE
+    // is the function release_jobs of migration 0008, for the plan of the completion's.
     release: `
-      WITH released AS (
-      UPDATE ${jobs} j
-         SET state = 'pending', attempts = greatest(j.attempts - 1, 0), run_at = now(),
-             lease_token = NULL, lease_expires_at = NULL, updated_at = now()
-        FROM unnest($1::bigint[], $2::uuid[]) AS i(id, token)
-       WHERE j.id = i.id AND j.lease_token = i.token AND j.state = 'running'
-      RETURNING j.id, j.group_key
+      WITH released AS MATERIALIZED (
+        SELECT j.id, j.group_key FROM ${s}.release_jobs($1::bigint[], $2::uuid[]) j
       )${slots('released')}
       SELECT r.id, w.woke FROM released r, (SELECT ${woke}) w`,
     // Lock: FOR UPDATE SKIP LOCKED on a batch of expired leases, then the UPDATE's row locks until the
