@@ -303,9 +303,9 @@ describe('what the reap floor leaves behind, and who returns it', () => {
     await enqueue(s.schema, 1);
     (await s.store.reap())._unsafeUnwrap();
     const floor = s.reapFloor.start();
-    const [job] = await claim(s, 1, 1);
-    // Wait for its lease to lapse by the server's clock (polling the clock, no sleep).
-    await pool.query(`SELECT pg_sleep(0.01)`);
+    const [job] = await claim(s, 1, 60_000);
+    // Its lease ends now, by the server's clock: after the pass above (above the floor), before the next.
+    await pool.query(`UPDATE ${s.schema}.jobs SET lease_expires_at = now() WHERE id = $1`, [job?.id]);
     expect(s.reapFloor.start()).toBe(floor);
     expect((await s.store.reap())._unsafeUnwrap()).toEqual({ requeued: 1, dead: 0 });
     const state = await pool.query(`SELECT state FROM ${s.schema}.jobs WHERE id = $1`, [job?.id]);
