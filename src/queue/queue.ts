@@ -634,7 +634,7 @@ export class Queue<T extends TaskMap = TaskMap> {
   reap(options: ReapOptions = {}): ResultAsync<ReapResult, InvalidOptions | DatabaseFailure> {
     const parsed = parseOptions(reapOptionsSchema, options);
     if (parsed.isErr()) return errAsync(parsed.error);
-    return this.#jobs.reap(parsed.value);
+    return this.#jobs.reap(parsed.value, 'front');
   }
 
   /**

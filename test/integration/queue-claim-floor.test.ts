@@ -5,8 +5,7 @@
 // statement) stays bounded as the jobs claimed grow. Naive control: the same store sweeping at every
 // claim (the claim from the front, as before the floor), whose cost grows with the jobs claimed.
 // Counts, not times: the floor's clock is the test's.
-import type pg from 'pg';
-import { afterEach, beforeEach, describe, expect, inject, it } from 'vitest';
+import { describe, expect, inject, it } from 'vitest';
 import { z } from 'zod';
 import { Queue } from '../../src/queue/index.js';
 import { ClaimFloor } from '../../src/queue/store/claim-floor.js';
@@ -14,6 +13,7 @@ import { JobStatements } from '../../src/queue/store/job-statements.js';
 import { queueStatements } from '../../src/queue/store/queue-sql.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
 import { useTestDatabase } from '../helpers.js';
+import { useHorizonHolder } from './hold-horizon.js';
 
 const { pool } = await useTestDatabase();
 const tasks = { work: z.object({}) };
@@ -89,21 +89,8 @@ async function claimBuffers(s: Setup, batch: number) {
   }
 }
 
-let holder: pg.PoolClient | undefined;
-beforeEach(async () => {
-  holder = await pool.connect();
-});
-afterEach(async () => {
-  await holder?.query('ROLLBACK');
-  holder?.release();
-  holder = undefined;
-});
-
 /** Holds the MVCC horizon back: a REPEATABLE READ transaction that has taken its snapshot. */
-async function holdHorizon() {
-  await holder?.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
-  await holder?.query('SELECT 1');
-}
+const holdHorizon = useHorizonHolder(pool);
 
 const BATCH = 100;
 const ROUNDS = 50; // 5,000 jobs claimed and completed

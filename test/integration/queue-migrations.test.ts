@@ -340,3 +340,33 @@ describe('0007 (the wait hint names every group left out for its rate)', () => {
     expect((await queue.claim({ batch: 10 }))._unsafeUnwrap()).toEqual([]);
   });
 });
+
+describe('0009 (the completion by the primary key: complete_jobs)', () => {
+  it('a job claimed on a schema of 0008 is completed after the migration, by its lease, and only once', async () => {
+    const schema = `q_up_${++seq}`;
+    (
+      await migrateQueue(
+        pool,
+        schema,
+        {},
+        QUEUE_MIGRATIONS.filter((m) => m.version <= 8),
+      )
+    )._unsafeUnwrap();
+    const queue = new Queue({ pool, txManager: tm, schema, tasks });
+    (await queue.enqueue(pool, 'email', { to: 'a' }))._unsafeUnwrap();
+    const [job] = (await queue.claim({ batch: 1 }))._unsafeUnwrap();
+    if (job === undefined) throw new Error('no job claimed');
+    expect((await queue.migrate())._unsafeUnwrap()).toEqual({
+      applied: QUEUE_MIGRATIONS.filter((m) => m.version >= 9).map((m) => m.version),
+      version: QUEUE_MIGRATIONS.length,
+    });
+    expect((await queue.completeMany([job]))._unsafeUnwrap()).toMatchObject({
+      completed: [job.id],
+      lost: [],
+    });
+    expect((await queue.completeMany([job]))._unsafeUnwrap()).toMatchObject({
+      completed: [],
+      lost: [job.id],
+    });
+  });
+});

@@ -116,9 +116,8 @@ describe('queue plans on a never-analyzed table with a backlog', () => {
     }
     expect(await neverAnalyzed('plan_q')).toEqual({ reltuples: -1, analyzed: 0 });
     expect(seqScansOfJobs(plans)).toEqual([]);
-    // The claim inside claim_jobs walks jobs_claimable in order. The completion finds its jobs through
-    // an index: without statistics it reads the running jobs through jobs_leases and hashes them against
-    // its ids (a few hundred rows: what the workers hold), with them it probes jobs_pkey once per id.
+    // The claim inside claim_jobs walks jobs_claimable in order. The completion (inside complete_jobs)
+    // reads jobs_pkey for its ids, the only plan its settings leave, with statistics or without.
     const claims = plans.filter(
       (p) => /FOR UPDATE SKIP LOCKED/.test(p) && /ORDER BY priority, run_at, id/.test(p),
     );
@@ -126,10 +125,7 @@ describe('queue plans on a never-analyzed table with a backlog', () => {
     for (const p of claims) expect(p).toMatch(/Index Scan using jobs_claimable on jobs/);
     const completions = plans.filter((p) => /DELETE FROM "plan_q"\.jobs j\s+USING unnest/.test(p));
     expect(completions.length).toBeGreaterThan(0);
-    for (const p of completions)
-      expect(p).toMatch(
-        /(Index Scan using jobs_pkey|Bitmap Index Scan on jobs_leases|Index Scan using jobs_leases)/,
-      );
+    for (const p of completions) expect(p).toMatch(/Index Scan using jobs_pkey on jobs j/);
   });
 
   it("the API's own statements on the backlog: enqueue, claim, heartbeat, fail, release, cancel", async () => {
@@ -157,7 +153,7 @@ describe('queue plans on a never-analyzed table with a backlog', () => {
     expect(await neverAnalyzed('plan_api')).toEqual({ reltuples: -1, analyzed: 0 });
     for (const statement of [
       /INSERT INTO "plan_api"\.jobs/,
-      /UPDATE "plan_api"\.jobs j SET lease_expires_at/,
+      /UPDATE "plan_api"\.jobs j\s+SET lease_expires_at/,
       /DELETE FROM "plan_api"\.jobs j WHERE j\.id = \$1/,
     ])
       expect(plans.some((p) => statement.test(p))).toBe(true);

@@ -26,6 +26,7 @@ import {
   type SettleStore,
 } from './job-store.js';
 import type { QueueStatements } from './queue-sql.js';
+import { ReapFloor } from './reap-floor.js';
 import { runStatement, runTuples } from './run-statement.js';
 import { leaseArrays, splitLeases } from './split-leases.js';
 
@@ -82,6 +83,8 @@ export interface JobStatementsConfig {
   readonly takesOver: boolean;
   /** Where the plain claim starts (default: a new {@link ClaimFloor}; tests give one with their clock). */
   readonly floor?: ClaimFloor | undefined;
+  /** Where the worker's reaper starts (default: a new {@link ReapFloor}; tests give one with their clock). */
+  readonly reapFloor?: ReapFloor | undefined;
 }
 
 /** The plain claim's row: the jobs, then what its floor needs (see queue-sql.ts, `claim`). */
@@ -113,6 +116,7 @@ export class JobStatements implements ClaimStore, SettleStore, LeaseStore, ReapS
   readonly #limits: string | undefined;
   readonly #takesOver: boolean;
   readonly #floor: ClaimFloor;
+  readonly #reapFloor: ReapFloor;
 
   /** Holds the statements of one queue schema; sends nothing. */
   constructor(config: JobStatementsConfig) {
@@ -121,6 +125,7 @@ export class JobStatements implements ClaimStore, SettleStore, LeaseStore, ReapS
     this.#limits = config.limits;
     this.#takesOver = config.takesOver;
     this.#floor = config.floor ?? new ClaimFloor();
+    this.#reapFloor = config.reapFloor ?? new ReapFloor();
   }
 
   /** Claims up to `batch` runnable jobs of `tasks` in one statement, each leased for `lease` ms. */
@@ -259,19 +264,39 @@ export class JobStatements implements ClaimStore, SettleStore, LeaseStore, ReapS
       .andThen((ids) => runStatement(this.#pool, this.#sql.notify, []).map(() => ids));
   }
 
-  /** Returns expired leases to pending (or dead), `batch` rows a statement, at most `maxBatches` of them. */
+  /**
+   * Returns expired leases to pending (or dead), `batch` rows a statement, at most `maxBatches` of them.
+   * `from`: 'floor' (the worker's reaper) starts at this store's reap floor, past the entries of leases
+   * it already went through (a sweep from the front at least once a minute; see {@link ReapFloor});
+   * 'front' reads every expired lease from the front (`queue.reap()`).
+   */
   reap(
     o: { readonly batch: number; readonly maxBatches: number } = REAP_BATCHES,
+    from: 'floor' | 'front' = 'floor',
   ): ResultAsync<ReapResult, DatabaseFailure> {
+    const start = from === 'floor' ? this.#reapFloor.start() : Number.NEGATIVE_INFINITY;
     const loop = async (): Promise<Result<ReapResult, DatabaseFailure>> => {
       let requeued = 0;
       let dead = 0;
-      for (let i = 0; i < o.maxBatches; i++) {
-        const r = await runStatement<{ id: string; state: string }>(this.#pool, this.#sql.reap, [o.batch]);
+      let atMs = Number.NEGATIVE_INFINITY;
+      let complete = false;
+      for (let i = 0; i < o.maxBatches && !complete; i++) {
+        const r = await runStatement<{ id: string | null; state: string; at_ms: string }>(
+          this.#pool,
+          this.#sql.reap,
+          [o.batch, start],
+        );
         if (r.isErr()) return err(r.error);
-        for (const row of r.value.rows) row.state === 'dead' ? dead++ : requeued++;
-        if (r.value.rows.length < o.batch) break;
+        let rows = 0;
+        for (const row of r.value.rows) {
+          atMs = Number(row.at_ms);
+          if (row.id === null) continue;
+          rows++;
+          row.state === 'dead' ? dead++ : requeued++;
+        }
+        complete = rows < o.batch;
       }
+      this.#reapFloor.record(start, atMs, complete);
       return ok({ requeued, dead });
     };
     return new ResultAsync(loop());

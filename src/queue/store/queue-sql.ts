@@ -49,16 +49,20 @@ export function queueStatements(
     options.archive ? `, archived AS (${archiveInsert(`${s}.jobs_archive`, state, from)})` : '';
   // Lock: FOR UPDATE (row lock of DELETE) on each job still running under its lease token. Fenced by
   // id + lease_token + state: a settle whose lease was lost (reaped, re-claimed, cancelled) matches
-  // nothing and changes nothing. One statement for a whole batch (unnest). Done jobs are deleted (or
-  // moved to jobs_archive) so the hot table stays small. The ids come back in ONE row (a text[]): 500
-  // result rows cost the worker more to parse than the statement's own work. `grouped`: with the steps
-  // that give the group slots back (and the wake-up).
+  // nothing and changes nothing. One statement for a whole batch. Done jobs are deleted (or moved to
+  // jobs_archive) so the hot table stays small. The DELETE is the function complete_jobs of migration
+  // 0009, whose only plan reads the primary key for the ids whatever the statistics: written here, the
+  // planner chose for 100 ids or more a scan of jobs_leases, every running job and every entry a job
+  // completed while a session held the MVCC horizon left behind (to find 100 jobs: 15 shared buffers
+  // after 200 jobs completed under a held snapshot, 159 after 5,000, growing with them; by the primary
+  // key 202 and 202).
+  // MATERIALIZED: the function runs once. The ids come back in ONE row (a text[]): 500 result rows cost
+  // the worker more to parse than the statement's own work. `grouped`: with the steps that give the
+  // group slots back (and the wake-up).
   const completion = (grouped: boolean) => `
-      WITH done AS (
-        DELETE FROM ${jobs} j
-         USING unnest($1::bigint[], $2::uuid[]) AS i(id, token)
-         WHERE j.id = i.id AND j.lease_token = i.token AND j.state = 'running'
-        RETURNING j.id, j.task, j.payload, j.attempts, j.key, j.last_error, j.created_at, j.progress, j.group_key
+      WITH done AS MATERIALIZED (
+        SELECT j.id, j.task, j.payload, j.attempts, j.key, j.last_error, j.created_at, j.progress, j.group_key
+          FROM ${s}.complete_jobs($1::bigint[], $2::uuid[]) j
       )${archiveDone('done', 'done')}${grouped ? slots('done') : ''}
       SELECT (SELECT coalesce(array_agg(id::text), '{}') FROM done) AS ids${grouped ? `, ${woke}` : ''}`;
   return {
@@ -100,11 +104,7 @@ export function queueStatements(
       SELECT ${claimedAggregates(' FILTER (WHERE j.id IS NOT NULL)')}, min(r.wait_ms) AS wait_ms
         FROM ${s}.claim_jobs_limited($1::int, $2::float8, $3::text[], $4::jsonb) AS r
         CROSS JOIN LATERAL (SELECT (r.job).*) AS j`,
-    // Lock: FOR UPDATE (row lock of DELETE) on each job still running under its lease token. Fenced by
-    // id + lease_token + state: a settle whose lease was lost (reaped, re-claimed, cancelled) matches
-    // nothing and changes nothing. One statement for a whole batch (unnest). Done jobs are deleted (or
-    // moved to jobs_archive) so the hot table stays small. The ids come back in ONE row (a text[]): 500
-    // result rows cost the worker more to parse than the statement's own work.
+    // The completion (see `completion` above for its lock, fence and plan), with the group steps.
     complete: completion(true),
     // As complete, for jobs without a group only (the worker's batches of ungrouped jobs): no group
     // steps, so nothing to plan or run for them. Same lock and fence. A job's group is set at enqueue
@@ -138,36 +138,24 @@ export function queueStatements(
                                      ${options.archive ? 'true' : 'false'}) AS r`,
     // Lock: FOR NO KEY UPDATE (row lock of an UPDATE that leaves keys alone) on each job still running
     // under its token. Fenced like complete. Retry at now() + explicit delay, or the job's backoff with
-    // full jitter; dead once attempts are used up (or when final). Frees the group slots.
+    // full jitter; dead once attempts are used up (or when final). Frees the group slots. The UPDATE is
+    // the function fail_jobs of migration 0009, for the plan of the completion's (see `completion`).
     fail: `
-      WITH failed AS (
-      UPDATE ${jobs} j
-         SET state = CASE WHEN i.final OR j.attempts >= j.max_attempts THEN 'dead' ELSE 'pending' END,
-             run_at = CASE WHEN i.final OR j.attempts >= j.max_attempts THEN j.run_at
-                      ELSE now() + coalesce(i.delay_ms, ${s}.retry_delay_ms(j.attempts, j.backoff_base_ms, j.backoff_cap_ms))
-                                   * interval '1 millisecond' END,
-             last_error = i.error, lease_token = NULL, lease_expires_at = NULL, updated_at = now()
-        FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::float8[], $5::boolean[]) AS i(id, token, error, delay_ms, final)
-       WHERE j.id = i.id AND j.lease_token = i.token AND j.state = 'running'
-      RETURNING j.id, j.state, j.run_at, j.group_key
+      WITH failed AS MATERIALIZED (
+        SELECT j.id, j.state, j.run_at, j.group_key
+          FROM ${s}.fail_jobs($1::bigint[], $2::uuid[], $3::text[], $4::float8[], $5::boolean[]) j
       )${slots('failed')}
       SELECT f.id, f.state, f.run_at, w.woke FROM failed f, (SELECT ${woke}) w`,
-    // Lock: FOR NO KEY UPDATE on each job still running under its token (heartbeat). Fenced.
+    // Lock: FOR NO KEY UPDATE on each job still running under its token (heartbeat). Fenced. The UPDATE
+    // is the function extend_leases of migration 0009, for the plan of the completion's.
     extend: `
-      UPDATE ${jobs} j SET lease_expires_at = now() + $3 * interval '1 millisecond', updated_at = now()
-        FROM unnest($1::bigint[], $2::uuid[]) AS i(id, token)
-       WHERE j.id = i.id AND j.lease_token = i.token AND j.state = 'running'
-      RETURNING j.id, j.lease_expires_at`,
+      SELECT j.id, j.lease_expires_at FROM ${s}.extend_leases($1::bigint[], $2::uuid[], $3::float8) j`,
     // Lock: FOR NO KEY UPDATE on each job still running under its token. Gives jobs back on shutdown
-    // without charging the attempt (the handler did not fail). Fenced. Frees the group slots.
+    // without charging the attempt (the handler did not fail). Fenced. Frees the group slots. The UPDATE
+    // is the function release_jobs of migration 0009, for the plan of the completion's.
     release: `
-      WITH released AS (
-      UPDATE ${jobs} j
-         SET state = 'pending', attempts = greatest(j.attempts - 1, 0), run_at = now(),
-             lease_token = NULL, lease_expires_at = NULL, updated_at = now()
-        FROM unnest($1::bigint[], $2::uuid[]) AS i(id, token)
-       WHERE j.id = i.id AND j.lease_token = i.token AND j.state = 'running'
-      RETURNING j.id, j.group_key
+      WITH released AS MATERIALIZED (
+        SELECT j.id, j.group_key FROM ${s}.release_jobs($1::bigint[], $2::uuid[]) j
       )${slots('released')}
       SELECT r.id, w.woke FROM released r, (SELECT ${woke}) w`,
     // Lock: FOR UPDATE SKIP LOCKED on a batch of expired leases, then the UPDATE's row locks until the
@@ -175,10 +163,15 @@ export function queueStatements(
     // left alone, and several reapers never wait on each other. Fenced again in the UPDATE on state and
     // lease expiry (a lease extended meanwhile is not reaped). An expired lease is a failed attempt:
     // back to pending after the job's backoff, or dead when attempts are used up. Frees the group slots.
+    // From $2 (epoch ms; -Infinity: from the front, a sweep): the reap floor (see reap-floor.ts), where
+    // the scan of jobs_leases starts, past the entries the jobs completed while a session held the MVCC
+    // horizon left behind. One row even when nothing was reaped (a NULL id): the statement's now(),
+    // epoch ms (floor), for the floor.
     reap: `
       WITH expired AS MATERIALIZED (
         SELECT id FROM ${jobs}
          WHERE state = 'running' AND lease_expires_at < now()
+           AND lease_expires_at >= to_timestamp($2::float8 / 1000)
          ORDER BY lease_expires_at
          LIMIT $1
          FOR UPDATE SKIP LOCKED
@@ -195,7 +188,8 @@ export function queueStatements(
        WHERE j.id = e.id AND j.state = 'running' AND j.lease_expires_at < now()
       RETURNING j.id, j.state, j.group_key
       )${slots('reaped')}
-      SELECT r.id, r.state, w.woke FROM reaped r, (SELECT ${woke}) w`,
+      SELECT r.id, r.state, w.woke, floor(extract(epoch FROM now()) * 1000) AS at_ms
+        FROM (SELECT ${woke}) w LEFT JOIN reaped r ON true`,
     // Lock: FOR UPDATE (DELETE) on one job in any state; waits for a settle in flight on that row (if
     // that settle commits first, the job is gone and this matches nothing: NotFound), then removes it.
     // Returns the state it was in. A running job frees its group's slot (the group row's lock, as in
