@@ -410,14 +410,15 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
 
   /** Validated settings of a call's options (merged over the defaults), from the cache when possible. */
   #settingsOf(options: TxOptions | undefined): Result<TxSettings, InvalidOptions> {
-    if (typeof options === 'object' && options !== null) {
-      const seen = this.#settingsByObject.get(options);
-      if (seen !== undefined && sameValues(options, seen.values)) return seen.settings;
-    }
+    const seen =
+      typeof options === 'object' && options !== null ? this.#settingsByObject.get(options) : undefined;
+    if (seen !== undefined && sameValues(options as object, seen.values)) return seen.settings;
     const key = primitiveKey(options);
     const hit = key === undefined ? undefined : this.#settingsCache.get(key);
     if (hit !== undefined) {
-      this.#remember(options, hit);
+      // Remembered by object only when it was before (it changed since): an options literal written in
+      // the call is a new object each time, and remembering each would cost more than the key.
+      if (seen !== undefined) this.#remember(options, hit);
       return hit;
     }
     const parsed = parseTxOptions(options, this.#defaults);

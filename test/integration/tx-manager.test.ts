@@ -274,6 +274,15 @@ describe('TxManager.do basics', () => {
     expect((await settings(options))._unsafeUnwrap()).toEqual({ iso: 'serializable', lt: '400ms' });
     options.lockTimeout = -1;
     expect((await settings(options))._unsafeUnwrapErr()).toMatchObject({ kind: 'InvalidOptions' });
+    options.lockTimeout = 250;
+    expect((await settings(options))._unsafeUnwrap()).toEqual({ iso: 'serializable', lt: '250ms' });
+    // Another object with the same values (found by its content), then the first one again.
+    expect((await settings({ lockTimeout: 250, isolation: 'serializable' }))._unsafeUnwrap()).toEqual({
+      iso: 'serializable',
+      lt: '250ms',
+    });
+    options.isolation = 'read committed';
+    expect((await settings(options))._unsafeUnwrap()).toEqual({ iso: 'read committed', lt: '250ms' });
   });
 
   it('mandatory outside a transaction returns NotInTransaction without SQL', async () => {
