@@ -6,16 +6,28 @@
 // - hand-written pg + settings as separate statements: BEGIN; SET TRANSACTION ISOLATION LEVEL …;
 //   SET LOCAL lock_timeout …; UPDATE; COMMIT                                      (5 round trips)
 // - hand-written pg sending exactly tm.do's text (BEGIN …; SET LOCAL … in one round trip)   (3)
+// - hand-written pg sending tm.do's flight (BEGIN, SET LOCAL and the UPDATE up to one Sync; COMMIT) (2):
+//   the same messages as tm.do without the library around them, the ceiling of tm.do on this machine
 // - tm.do with isolation + lockTimeout: BEGIN …; SET LOCAL … in ONE round trip; UPDATE; COMMIT (3)
 // - tm.do with a nested `required` scope (joins the outer transaction: no extra SQL)
 // - pgbench running the same SQL, when a pgbench binary is found ($PGBENCH, or next to the embedded
 //   server's binaries); otherwise a note says it was not measured.
+// - with PG_TXKIT_BENCH_BASELINE=<path of another build's dist/tx/tx-manager.js> (a copy of main's build
+//   in /tmp): tm.do of that build too, in the same rounds, to compare a change against the old code.
+//
+// Besides throughput, each throughput round records CPU per committed transaction: the client's
+// (process.cpuUsage: this process, the pool and the library) and the server's (/proc/<pid>/stat of the
+// pool's backends, the loops' only connections; bench/queue/server-cpu.mjs). On 2 shared cores the
+// loops are CPU-bound, so the sum of the two is what throughput follows.
 //
 // Build and run: the runner (`npm run bench`) loads the compiled module; `run()` is its contract.
+import { pathToFileURL } from 'node:url';
 import pg from 'pg';
-import { beginSql } from '../src/tx/begin-sql.js';
+import { beginSql, beginStatements } from '../src/tx/begin-sql.js';
+import { firstFlightClass } from '../src/tx/first-flight.js';
 import { TxManager } from '../src/tx/tx-manager.js';
 import { findPgbench, runPgbench } from './support/pgbench.js';
+import { benchFile } from './support/queue-bench.js';
 import { cpuPerCall, interleaved, median, range } from './support/rounds.js';
 
 /** Concurrent loops. */
@@ -52,6 +64,9 @@ export interface TxOverheadContext {
 
 type Transaction = (id: number) => Promise<void>;
 
+/** CPU µs so far of one local backend, by its pid (bench/queue/server-cpu.mjs). */
+type BackendCpu = (pid: number) => number;
+
 /** Runs `tx` on LOOPS concurrent loops (loop i updates row i+1) for `ms`; returns committed transactions. */
 async function loops(
   ms: number,
@@ -84,6 +99,24 @@ export async function run(context: TxOverheadContext): Promise<TxOverheadResult>
   const onProgress = context.onProgress ?? (() => {});
   const pool = new pg.Pool({ connectionString: context.url, max: LOOPS + 2 });
   pool.on('error', () => {});
+  // The pool's backends: the only connections the loops use (their CPU is the server's per transaction).
+  const backends = new Set<number>();
+  pool.on('connect', (client) => {
+    const pid = (client as { processID?: unknown }).processID;
+    if (typeof pid === 'number') backends.add(pid);
+  });
+  const { backendCpuUs } = (await import(pathToFileURL(benchFile('server-cpu.mjs')).href)) as {
+    backendCpuUs: BackendCpu;
+  };
+  const serverCpu = (): number | undefined => {
+    try {
+      let total = 0;
+      for (const pid of backends) total += backendCpuUs(pid);
+      return total;
+    } catch {
+      return undefined; // a server on another machine: not measured
+    }
+  };
   const tm = new TxManager(pool);
   const txOptions = { isolation: ISOLATION, lockTimeout: LOCK_TIMEOUT_MS } as const;
 
@@ -132,6 +165,25 @@ export async function run(context: TxOverheadContext): Promise<TxOverheadResult>
       throw error;
     }
   };
+  const flightOpening = beginStatements({
+    isolation: ISOLATION,
+    readOnly: false,
+    deferrable: false,
+    lockTimeout: LOCK_TIMEOUT_MS,
+  });
+  const handWrittenFlight: Transaction = async (id) => {
+    const client = await pool.connect();
+    try {
+      const Flight = firstFlightClass(client);
+      if (Flight === undefined) throw new Error('this pg cannot write a flight');
+      await client.query(new Flight(flightOpening, UPDATE, [id]) as unknown as pg.QueryConfig);
+      await client.query('COMMIT');
+      client.release();
+    } catch (error) {
+      client.release(error instanceof Error ? error : true);
+      throw error;
+    }
+  };
   const managed: Transaction = async (id) => {
     await tm.doOrThrow((tx) => tx.query(UPDATE, [id]), txOptions);
   };
@@ -143,9 +195,29 @@ export async function run(context: TxOverheadContext): Promise<TxOverheadResult>
     { name: 'hand-written pg (BEGIN/UPDATE/COMMIT)', tx: handWritten },
     { name: 'hand-written pg + isolation, lock_timeout (separate statements)', tx: handWrittenSettings },
     { name: "hand-written pg + tm.do's one-round-trip BEGIN text", tx: handWrittenOneRoundTrip },
+    { name: "hand-written pg sending tm.do's flight (2 round trips)", tx: handWrittenFlight },
     { name: 'tm.do + isolation, lockTimeout', tx: managed },
     { name: 'tm.do + nested required scope', tx: managedNested },
   ];
+  const baselineBuild = process.env.PG_TXKIT_BENCH_BASELINE;
+  if (baselineBuild) {
+    const old = (await import(pathToFileURL(baselineBuild).href)) as { TxManager: typeof TxManager };
+    const oldTm = new old.TxManager(pool);
+    contenders.push(
+      {
+        name: 'tm.do + isolation, lockTimeout (baseline build)',
+        tx: async (id) => {
+          await oldTm.doOrThrow((tx) => tx.query(UPDATE, [id]), txOptions);
+        },
+      },
+      {
+        name: 'tm.do + nested required scope (baseline build)',
+        tx: async (id) => {
+          await oldTm.doOrThrow(() => oldTm.doOrThrow((tx) => tx.query(UPDATE, [id])), txOptions);
+        },
+      },
+    );
+  }
   const baseline = contenders[0]?.name ?? '';
   const pgbench = findPgbench();
   const totalPhases = contenders.length * ROUNDS + (pgbench ? 1 : 0);
@@ -163,12 +235,24 @@ export async function run(context: TxOverheadContext): Promise<TxOverheadResult>
 
     let committed = 0;
     const stopped = () => signal.aborted;
+    /** CPU µs per committed transaction in each throughput round: client (node) and server (backends). */
+    const clientCpu = new Map<string, number[]>(contenders.map((c) => [c.name, []]));
+    const backendCpu = new Map<string, number[]>(contenders.map((c) => [c.name, []]));
     const rates = await interleaved(
       contenders,
       ROUNDS,
       async (c) => {
+        const serverBefore = serverCpu();
+        const clientBefore = process.cpuUsage();
         const measured = await loops(roundMs, signal, c.tx);
+        const client = process.cpuUsage(clientBefore);
+        const serverAfter = serverCpu();
         committed += measured.ops;
+        const ops = Math.max(measured.ops, 1);
+        clientCpu.get(c.name)?.push((client.user + client.system) / ops);
+        if (serverBefore !== undefined && serverAfter !== undefined) {
+          backendCpu.get(c.name)?.push((serverAfter - serverBefore) / ops);
+        }
         onProgress(++done, totalPhases);
         return measured.ops / Math.max(measured.seconds, 1e-9);
       },
@@ -233,12 +317,24 @@ export async function run(context: TxOverheadContext): Promise<TxOverheadResult>
     const settingsOps = byName('hand-written pg + isolation, lock_timeout (separate statements)') || 1;
     const nestedOps = byName('tm.do + nested required scope');
     const sameSqlOps = byName("hand-written pg + tm.do's one-round-trip BEGIN text") || 1;
+    const sameFlightOps = byName("hand-written pg sending tm.do's flight (2 round trips)") || 1;
     notes.unshift(
       `${LOOPS} loops, one row each, median of ${ROUNDS} interleaved rounds of ${roundMs} ms per contender`,
       `tm.do vs hand-written with the same settings: ${(managedOps / settingsOps).toFixed(2)}x`,
       `tm.do vs hand-written sending the same SQL (library cost): ${(managedOps / sameSqlOps).toFixed(2)}x`,
+      `tm.do vs hand-written sending the same flight (library cost): ${(managedOps / sameFlightOps).toFixed(2)}x; that flight vs the plain hand-written loop (the ceiling here): ${(sameFlightOps / base).toFixed(2)}x`,
       `nested required scope overhead: ${managedOps ? ((1 - nestedOps / managedOps) * 100).toFixed(1) : '?'}%`,
       `node CPU µs per transaction, median (min–max) of ${CPU_ROUNDS} rounds of ${CPU_TX}: ${cpu.join(', ')}`,
+      `CPU µs per transaction in the throughput rounds, client / server (the pool's backends), median (min–max): ${contenders
+        .map((c) => {
+          const client = clientCpu.get(c.name) ?? [];
+          const server = backendCpu.get(c.name) ?? [];
+          const serverText = server.length
+            ? `${Math.round(median(server))} (${range(server)})`
+            : 'not measured (server not local)';
+          return `${c.name} ${Math.round(median(client))} (${range(client)}) / ${serverText}`;
+        })
+        .join(', ')}`,
     );
     return {
       name: 'tx-overhead',

@@ -154,6 +154,8 @@ export class HookRunner {
     this.#call('onRetry', event.name, () => this.#hooks.onRetry?.(event));
   }
   commit(event: CommitEvent): void {
+    // Every committed transaction comes here: no closure, no try, when there is no hook to call.
+    if (this.#hooks.onCommit === undefined) return;
     this.#call('onCommit', event.name, () => this.#hooks.onCommit?.(event));
   }
   rollback(event: RollbackEvent): void {

@@ -107,9 +107,12 @@ export class TxAttempt {
   /** Options of the outermost `do()`. */
   readonly settings: TxSettings;
   readonly #context: AttemptContext;
-  readonly #retryOn: ReadonlySet<string>;
-  /** Errors pg raised for this attempt's queries (the only ones classified as database failures). */
-  readonly #driverErrors = new WeakSet<object>();
+  /**
+   * Errors pg raised for this attempt's queries (the only ones classified as database failures): made
+   * at the first one (most attempts raise none; with the rules below, two allocations per transaction
+   * fewer).
+   */
+  #driverErrors: WeakSet<object> | undefined;
   readonly #onError = (error: unknown): void => this.markBroken(error);
   #begunAt = 0;
   /**
@@ -159,7 +162,6 @@ export class TxAttempt {
     this.number = number;
     this.settings = settings;
     this.#context = context;
-    this.#retryOn = new Set(settings.retryOn);
     // A checked-out client has no pool listener: without ours, a dropped connection would crash the process.
     client.on('error', this.#onError);
   }
@@ -181,7 +183,7 @@ export class TxAttempt {
 
   /** Is this kind retried by the outermost scope? */
   retries(kind: string): boolean {
-    return this.#retryOn.has(kind);
+    return (this.settings.retryOn as readonly string[]).includes(kind);
   }
 
   /** The connection broke (socket error, terminated backend, client-side query timeout). */
@@ -194,8 +196,14 @@ export class TxAttempt {
     if (!this.#broken) {
       this.#broken = true;
       this.#connectionError = error;
-      if (typeof error === 'object' && error !== null) this.#driverErrors.add(error);
+      if (typeof error === 'object' && error !== null) this.#driverError(error);
     }
+  }
+
+  /** Records an error pg raised for this attempt's queries. */
+  #driverError(error: object): void {
+    this.#driverErrors ??= new WeakSet();
+    this.#driverErrors.add(error);
   }
 
   /** No more queries may run through this attempt's handles. */
@@ -239,7 +247,8 @@ export class TxAttempt {
   failureOf(error: unknown): DatabaseFailure | undefined {
     // A usage error is a defect, also when a query of this attempt threw it.
     if (error instanceof TxUsageError) return undefined;
-    return classifyOrRethrow(error, { ...this.#rules, otherwise: () => undefined });
+    this.#rulesOrUndefined ??= { ...this.#classifyRules(), otherwise: () => undefined };
+    return classifyOrRethrow(error, this.#rulesOrUndefined);
   }
 
   /**
@@ -248,18 +257,26 @@ export class TxAttempt {
    */
   failureOrRethrow(error: unknown): DatabaseFailure {
     if (error instanceof TxUsageError) throw error;
-    return classifyOrRethrow(error, this.#rules);
+    return classifyOrRethrow(error, this.#classifyRules());
   }
 
-  /** The transaction's rules of the one classify-or-rethrow (see {@link failureOf}). */
-  readonly #rules: ClassifyRules<never> = {
-    raisedByDriver: this.#driverErrors,
-    replacing: () => {
-      const recorded = this.#lastFailure;
-      const doomed = this.#doom === recorded || this.#lastQueryFailed || this.aborted;
-      return recorded !== undefined && doomed ? recorded : undefined;
-    },
-  };
+  /** The transaction's rules of the one classify-or-rethrow (see {@link failureOf}), made when first needed. */
+  #rules: ClassifyRules<never> | undefined;
+  /** {@link TxAttempt.#rules} for {@link failureOf}: no database failure is `undefined`, not a rethrow. */
+  #rulesOrUndefined: ClassifyRules<undefined> | undefined;
+
+  #classifyRules(): ClassifyRules<never> {
+    this.#driverErrors ??= new WeakSet();
+    this.#rules ??= {
+      raisedByDriver: this.#driverErrors,
+      replacing: () => {
+        const recorded = this.#lastFailure;
+        const doomed = this.#doom === recorded || this.#lastQueryFailed || this.aborted;
+        return recorded !== undefined && doomed ? recorded : undefined;
+      },
+    };
+    return this.#rules;
+  }
 
   /** The failure that ended a broken connection (the server's reason when it gave one). */
   brokenFailure(): DatabaseFailure {
@@ -770,7 +787,7 @@ export class TxAttempt {
    * (25P03 …) instead of pg's "not queryable" when the connection had already been ended.
    */
   #noteQueryError(error: unknown): unknown {
-    if (typeof error === 'object' && error !== null) this.#driverErrors.add(error);
+    if (typeof error === 'object' && error !== null) this.#driverError(error);
     const failure = classify(error);
     // pg's own refusals before sending (a value it cannot serialize) leave the server's transaction as
     // it was: they must not make an earlier failure, recovered from by ROLLBACK TO SAVEPOINT, decide again.
@@ -779,7 +796,7 @@ export class TxAttempt {
     if (this.#broken && NOT_SENT.some((m) => (error as { message?: unknown }).message === m)) {
       const reason = this.brokenFailure();
       this.doomWith(reason);
-      this.#driverErrors.add(reason);
+      this.#driverError(reason);
       return reason;
     }
     if (failure.kind === 'ConnectionLost' || failure.kind === 'QueryTimeout' || isConnectionError(error)) {
@@ -788,7 +805,7 @@ export class TxAttempt {
     }
     const code = (error as { code?: unknown }).code;
     if (code === IN_FAILED_TRANSACTION && this.#lastFailure !== undefined) {
-      this.#driverErrors.add(this.#lastFailure);
+      this.#driverError(this.#lastFailure);
       return this.#lastFailure;
     }
     this.#lastFailure = failure;

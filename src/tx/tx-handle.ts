@@ -5,6 +5,9 @@ import type { AttemptScope, TxAttempt } from './tx-attempt.js';
 import { TxUsageError } from './tx-usage-error.js';
 import { type AfterCommit, type AfterRollback, type Isolation, TX, type Tx } from './types.js';
 
+/** No callbacks (shared, never written to). */
+const NONE: readonly never[] = Object.freeze([]);
+
 /**
  * The {@link Tx} given to callbacks: one scope (the outermost transaction, or a `nested` savepoint)
  * of one attempt. Queries go to the attempt's pinned client; once the transaction is doomed they fail
@@ -25,8 +28,9 @@ export class TxHandle implements Tx, AttemptScope {
   readonly depth: number;
   readonly #state: TxAttempt;
   readonly #parent: TxHandle | undefined;
-  readonly #afterCommit: AfterCommit[] = [];
-  readonly #afterRollback: AfterRollback[] = [];
+  /** Registered callbacks (made at the first: most transactions register none). */
+  #afterCommit: AfterCommit[] | undefined;
+  #afterRollback: AfterRollback[] | undefined;
   #children: Mutex | undefined;
 
   constructor(state: TxAttempt, depth: number, name: string | undefined, parent?: TxHandle) {
@@ -85,11 +89,13 @@ export class TxHandle implements Tx, AttemptScope {
 
   afterCommit(fn: AfterCommit): void {
     this.#assertOpen('afterCommit');
+    this.#afterCommit ??= [];
     this.#afterCommit.push(fn);
   }
 
   afterRollback(fn: AfterRollback): void {
     this.#assertOpen('afterRollback');
+    this.#afterRollback ??= [];
     this.#afterRollback.push(fn);
   }
 
@@ -106,8 +112,11 @@ export class TxHandle implements Tx, AttemptScope {
 
   /** @internal A released savepoint's callbacks now belong to this scope. */
   adopt(child: TxHandle): void {
-    this.#afterCommit.push(...child.#afterCommit);
-    this.#afterRollback.push(...child.#afterRollback);
+    if (child.#afterCommit !== undefined)
+      this.#afterCommit = [...(this.#afterCommit ?? []), ...child.#afterCommit];
+    if (child.#afterRollback !== undefined) {
+      this.#afterRollback = [...(this.#afterRollback ?? []), ...child.#afterRollback];
+    }
   }
 
   /** @internal The callbacks registered on this scope (and adopted from released children). */
@@ -115,7 +124,10 @@ export class TxHandle implements Tx, AttemptScope {
     readonly afterCommit: readonly AfterCommit[];
     readonly afterRollback: readonly AfterRollback[];
   } {
-    return { afterCommit: [...this.#afterCommit], afterRollback: [...this.#afterRollback] };
+    return {
+      afterCommit: this.#afterCommit === undefined ? NONE : [...this.#afterCommit],
+      afterRollback: this.#afterRollback === undefined ? NONE : [...this.#afterRollback],
+    };
   }
 
   #assertOpen(what: string): void {

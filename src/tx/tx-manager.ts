@@ -106,6 +106,36 @@ function primitiveKey(options: unknown): string | undefined {
   }
 }
 
+/**
+ * The own enumerable keys and values of options already known to hold primitive values only
+ * ({@link primitiveKey} said so), flattened: key, value, key, value…; undefined when reading them throws.
+ */
+function valuesOf(options: object): unknown[] | undefined {
+  try {
+    const values: unknown[] = [];
+    for (const name of Object.keys(options)) values.push(name, (options as Record<string, unknown>)[name]);
+    return values;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Does `options` still hold exactly these keys and values (see {@link valuesOf})? */
+function sameValues(options: object, values: readonly unknown[]): boolean {
+  try {
+    const names = Object.keys(options);
+    if (names.length * 2 !== values.length) return false;
+    for (let i = 0; i < names.length; i++) {
+      const name = names[i] as string;
+      if (values[2 * i] !== name || values[2 * i + 1] !== (options as Record<string, unknown>)[name])
+        return false;
+    }
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 /** How an outermost transaction ended, for its span and counters. */
 type TxOutcome = { readonly committed: true } | { readonly committed: false; readonly error: unknown };
 
@@ -163,7 +193,7 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
   readonly #connect: () => Promise<pg.PoolClient>;
   readonly #defaults: TxOptions;
   /** `#defaults` parsed, when they hold no per-call state (no signal): reused by calls without options. */
-  readonly #defaultSettings: TxSettings | undefined;
+  readonly #defaultSettingsOk: Ok<TxSettings, never> | undefined;
   readonly #hooks: HookRunner;
   /** Counters, and spans/metrics when OpenTelemetry is present. */
   readonly #telemetry: TxTelemetry;
@@ -174,7 +204,16 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
    * Parsed settings of per-call options made only of primitive values, by their content: the options
    * of a call site repeat, and validating them costs more than the rest of the call. Bounded.
    */
-  readonly #settingsCache = new Map<string, TxSettings>();
+  readonly #settingsCache = new Map<string, Ok<TxSettings, never>>();
+  /**
+   * The same settings by the options object itself, with the values they were parsed from: a call site
+   * that passes one constant object (`tm.do(fn, TX)`) skips building the key. Checked against the
+   * object's current values on every call, so a mutated object is parsed again.
+   */
+  readonly #settingsByObject = new WeakMap<
+    object,
+    { readonly values: readonly unknown[]; readonly settings: Ok<TxSettings, never> }
+  >();
   /** The BEGIN text of each settings object (built once). */
   readonly #beginText = new WeakMap<TxSettings, string>();
   /** The BEGIN statements of each settings object, one by one (built once). */
@@ -202,7 +241,7 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
     this.pool = pool;
     this.strict = parsed.data.strict;
     this.#defaults = options.defaults ?? {};
-    this.#defaultSettings = defaults.value.signal === undefined ? defaults.value : undefined;
+    this.#defaultSettingsOk = defaults.value.signal === undefined ? ok(defaults.value) : undefined;
     this.#hooks = new HookRunner(options.hooks ?? {}, parsed.data.logger);
     this.#constraints = options.constraints ?? {};
     this.telemetry = resolveOpenTelemetry(options.telemetry);
@@ -272,9 +311,11 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
    * });
    */
   async doOrThrow<R>(fn: TxCallback<R>, options?: TxOptions): Promise<OkOf<Awaited<R>>> {
-    const result = await this.do(fn, options);
+    // What do() runs, without its ResultAsync: one thenable fewer to resolve per call.
+    this.#router?.enter();
+    const result = await this.#run(fn, options);
     if (result.isErr()) throw result.error;
-    return result.value;
+    return result.value as OkOf<Awaited<R>>;
   }
 
   /**
@@ -322,8 +363,8 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
   async #run(fn: TxCallback<unknown>, options: TxOptions | undefined): Promise<Result<unknown, unknown>> {
     // Without per-call options the defaults, validated once in the constructor, are the settings.
     const parsed =
-      options === undefined && this.#defaultSettings !== undefined
-        ? ok(this.#defaultSettings)
+      options === undefined && this.#defaultSettingsOk !== undefined
+        ? this.#defaultSettingsOk
         : this.#settingsOf(options);
     if (parsed.isErr()) return err(parsed.error);
     const settings = parsed.value;
@@ -369,14 +410,32 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
 
   /** Validated settings of a call's options (merged over the defaults), from the cache when possible. */
   #settingsOf(options: TxOptions | undefined): Result<TxSettings, InvalidOptions> {
+    const seen =
+      typeof options === 'object' && options !== null ? this.#settingsByObject.get(options) : undefined;
+    if (seen !== undefined && sameValues(options as object, seen.values)) return seen.settings;
     const key = primitiveKey(options);
     const hit = key === undefined ? undefined : this.#settingsCache.get(key);
-    if (hit !== undefined) return ok(hit);
+    if (hit !== undefined) {
+      // Remembered by object only when it was before (it changed since): an options literal written in
+      // the call is a new object each time, and remembering each would cost more than the key.
+      if (seen !== undefined) this.#remember(options, hit);
+      return hit;
+    }
     const parsed = parseTxOptions(options, this.#defaults);
-    if (parsed.isOk() && key !== undefined && this.#settingsCache.size < SETTINGS_CACHE_SIZE) {
-      this.#settingsCache.set(key, parsed.value);
+    if (parsed.isOk() && key !== undefined) {
+      const settings = ok(parsed.value);
+      if (this.#settingsCache.size < SETTINGS_CACHE_SIZE) this.#settingsCache.set(key, settings);
+      this.#remember(options, settings);
+      return settings;
     }
     return parsed;
+  }
+
+  /** Keeps `settings` with the options object they came from (options of primitive values only). */
+  #remember(options: TxOptions | undefined, settings: Ok<TxSettings, never>): void {
+    if (typeof options !== 'object' || options === null) return;
+    const values = valuesOf(options);
+    if (values !== undefined) this.#settingsByObject.set(options, { values, settings });
   }
 
   #beginStatements(settings: TxSettings): readonly string[] {
@@ -614,9 +673,18 @@ export class TxManager<C extends Record<string, unknown> = Record<never, never>>
       timeoutMs = Math.min(timeoutMs ?? left, left);
     }
     const options = { timeoutMs, failFast: independent };
-    const acquired = await this.#acquire(settings, options);
-    if (acquired.isErr()) return { type: 'failure', failure: acquired.error };
-    const { client, replicaAnswerMs } = acquired.value;
+    let client: pg.PoolClient;
+    let replicaAnswerMs: number | undefined;
+    if (this.#router === undefined) {
+      // No replica: the primary's client, without the routing layers.
+      const acquired = await acquireClient(this.pool, this.#connect, options);
+      if (acquired.isErr()) return { type: 'failure', failure: acquired.error };
+      client = acquired.value;
+    } else {
+      const acquired = await this.#acquire(settings, options);
+      if (acquired.isErr()) return { type: 'failure', failure: acquired.error };
+      ({ client, replicaAnswerMs } = acquired.value);
+    }
     const end = await this.#attemptOn(client, replicaAnswerMs, fn, settings, number);
     if (end !== 'unanswered') return end;
     // The replica took the client but did not answer BEGIN in time: nothing of the callback ran; the

@@ -251,6 +251,40 @@ describe('TxManager.do basics', () => {
     expect(seen).toEqual({ iso: 'repeatable read', lt: '250ms' });
   });
 
+  it('one options object passed again is read again: a changed value, a removed or added key, an invalid value', async () => {
+    const tm = new TxManager(pool);
+    const settings = (options: Record<string, unknown>) =>
+      tm.do(
+        async (tx) =>
+          (
+            await tx.query<{ iso: string; lt: string }>(
+              `SELECT current_setting('transaction_isolation') AS iso, current_setting('lock_timeout') AS lt`,
+            )
+          ).rows[0],
+        options,
+      );
+    const options: Record<string, unknown> = { isolation: 'repeatable read', lockTimeout: 250 };
+    expect((await settings(options))._unsafeUnwrap()).toEqual({ iso: 'repeatable read', lt: '250ms' });
+    expect((await settings(options))._unsafeUnwrap()).toEqual({ iso: 'repeatable read', lt: '250ms' });
+    options.lockTimeout = 400;
+    expect((await settings(options))._unsafeUnwrap()).toEqual({ iso: 'repeatable read', lt: '400ms' });
+    delete options.isolation;
+    expect((await settings(options))._unsafeUnwrap()).toEqual({ iso: 'read committed', lt: '400ms' });
+    options.isolation = 'serializable';
+    expect((await settings(options))._unsafeUnwrap()).toEqual({ iso: 'serializable', lt: '400ms' });
+    options.lockTimeout = -1;
+    expect((await settings(options))._unsafeUnwrapErr()).toMatchObject({ kind: 'InvalidOptions' });
+    options.lockTimeout = 250;
+    expect((await settings(options))._unsafeUnwrap()).toEqual({ iso: 'serializable', lt: '250ms' });
+    // Another object with the same values (found by its content), then the first one again.
+    expect((await settings({ lockTimeout: 250, isolation: 'serializable' }))._unsafeUnwrap()).toEqual({
+      iso: 'serializable',
+      lt: '250ms',
+    });
+    options.isolation = 'read committed';
+    expect((await settings(options))._unsafeUnwrap()).toEqual({ iso: 'read committed', lt: '250ms' });
+  });
+
   it('mandatory outside a transaction returns NotInTransaction without SQL', async () => {
     const tm = new TxManager(pool);
     const result = await tm.do(() => 1, { propagation: 'mandatory' });

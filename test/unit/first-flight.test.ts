@@ -128,6 +128,55 @@ describe.each([
     expect(typeof (binds[2] as unknown[])[0]).toBe('string'); // the Date, as pg serializes it
   });
 
+  it("writes an opening of texts (BEGIN, its SET LOCALs) as ONE buffer, byte for byte what pg's own connection writes", () => {
+    const opening = [
+      'BEGIN ISOLATION LEVEL SERIALIZABLE READ ONLY',
+      "SET LOCAL application_name = 'é ü'",
+      '',
+    ];
+    // pg's own bytes: its connection's parse/bind/execute, each written through its _send.
+    const own: Buffer[] = [];
+    const pgConnection = Object.create(
+      (driver as unknown as { Connection: { prototype: object } }).Connection.prototype,
+    ) as Record<string, (argument?: unknown) => void>;
+    pgConnection._send = (buffer) => {
+      own.push(Buffer.from(buffer as Buffer));
+    };
+    for (const text of opening) {
+      pgConnection.parse?.({ text });
+      pgConnection.bind?.({});
+      pgConnection.execute?.({});
+    }
+    const { written, connection } = recordingConnection();
+    const sent: Buffer[] = [];
+    const withSend = {
+      ...connection,
+      _send: (buffer: Buffer) => {
+        sent.push(Buffer.from(buffer));
+        written.push(['_send', undefined]);
+      },
+    };
+    const flight = new Flight(opening, 'SELECT 1', undefined) as FirstFlightQuery & PgQueryMessages;
+    flight.prepare(withSend);
+    expect(written.map(([method]) => method)).toEqual([
+      '_send',
+      'parse',
+      'bind',
+      'describe',
+      'execute',
+      'sync',
+    ]);
+    expect(sent).toHaveLength(1);
+    expect(sent[0]?.equals(Buffer.concat(own))).toBe(true);
+    // The same list again: the same bytes (kept with the list, not serialized again).
+    const again: Buffer[] = [];
+    (new Flight(opening, 'SELECT 2', undefined) as FirstFlightQuery & PgQueryMessages).prepare({
+      ...connection,
+      _send: (buffer: Buffer) => again.push(Buffer.from(buffer)),
+    });
+    expect(again[0]?.equals(Buffer.concat(own))).toBe(true);
+  });
+
   it("only the statement's own rows and command are the result; the answers around it are dropped", async () => {
     const flight = build();
     const con = recordingConnection().connection;
