@@ -11,15 +11,16 @@
 -- and gave the slots back with two more such searches per group (the lock, then the UPDATE joined to
 -- it). A burn-down over 1,000 serial groups frees hundreds of groups per completion, and these searches
 -- were a fifth of its buffers: in one completion of 500 jobs (auto_explain), the limit check read 1,545
--- buffers for 500 groups and the 153 slots given back 918 (the same check now: 25; the slots: 14 to find
--- and lock, 216 to fetch by address). Per job of the whole burn-down (pg_stat_statements, nested
+-- buffers for 500 groups and the 153 slots given back 918 (the same check now: 25; the slots' lock: 14
+-- to find them). Per job of the whole burn-down (pg_stat_statements, nested
 -- statements): with one worker process (bench/queue/serial-statements.mjs, two rounds, the old body in
 -- the same rounds, load 6) the take-over statement read 15.6-15.9 -> 12.3-13.1 buffers and ran 26.2-32.5
 -- -> 19.6-21.7 µs; with bench/queue's two worker processes, 18.8 -> 15.5 buffers.
 -- Now each of these reads job_groups once, by key = ANY(a sorted array of the freed keys), which
 -- PostgreSQL 17 and later answer in one index scan that descends again only to reach a later leaf page
--- (before 17, one descent per key, still in one scan node), and the counters are updated by the addresses of the rows just locked (a TID scan, as the jobs' lease
--- UPDATE). Same locks, in the same order, same results: each step says which lock it takes.
+-- (before 17, one descent per key, still in one scan node). Same locks, in the same order, same results,
+-- but for one gap closed: the slots given back are counted from the jobs actually leased (see short).
+-- Each step says which lock it takes.
 -- CREATE OR REPLACE FUNCTION takes no lock on the tables; a completion running meanwhile finishes on the
 -- old body, the next one uses the new.
 
@@ -112,30 +113,35 @@ BEGIN
     RETURNING j.*
   ),
   short AS MATERIALIZED (
-    -- Per group, the slots not taken over (every row locked in 'successors' is leased in 'taken'). They
-    -- go back in the steps after it, with the wake-up (freeSlots in settle-steps.ts).
+    -- Per group, the slots not taken over. They go back in the steps after it, with the wake-up
+    -- (freeSlots in settle-steps.ts). Counted from the jobs 'taken' leased, not from the rows
+    -- 'successors' locked: a job changed after this statement's snapshot and still ready is locked in
+    -- its newest version, which the UPDATE by address under this snapshot does not see (it stays
+    -- pending, its lock released at the end of the statement); its slot goes back too.
     SELECT f.group_key, f.k - coalesce(c.k, 0) AS k FROM budget f
-      LEFT JOIN (SELECT s.group_key, count(*)::int AS k FROM successors s GROUP BY s.group_key) c
+      LEFT JOIN (SELECT t.group_key, count(*)::int AS k FROM taken t GROUP BY t.group_key) c
         ON c.group_key = f.group_key
      WHERE f.k > coalesce(c.k, 0)
   ),
   slot_locks AS MATERIALIZED (
     -- Lock: FOR UPDATE on the rows of the groups with slots to give back, IN KEY ORDER (every statement
     -- that takes several group locks takes them sorted: no deadlock), waiting for a claim or settle that
-    -- holds one. One scan of the primary key for all of them (the array is sorted); each locked row's
-    -- address goes to the UPDATE.
-    SELECT g.ctid AS tid, g.key, d.k FROM {{schema}}.job_groups g
+    -- holds one. One scan of the primary key for all of them (the array is sorted).
+    SELECT g.key, d.k FROM {{schema}}.job_groups g
       JOIN short d ON d.group_key = g.key
      WHERE g.key = ANY(ARRAY(SELECT s.group_key FROM short s ORDER BY s.group_key))
      ORDER BY g.key
        FOR UPDATE OF g
   ),
   slots AS (
-    -- The rows locked in slot_locks (no wait), fetched by address: their counters drop by the slots
-    -- given back.
+    -- The rows locked in slot_locks (no wait): their counters drop by the slots given back. Found by
+    -- key, NOT by the address the lock step saw: a row another claim or settle changed after this
+    -- statement's snapshot (the lock waited for it) is locked in its newest version, which a scan by
+    -- address under this snapshot does not see, and its decrement would be lost; found by key, the
+    -- UPDATE follows the row to its newest version (READ COMMITTED), the one locked above.
     UPDATE {{schema}}.job_groups g SET running = g.running - l.k
       FROM slot_locks l
-     WHERE g.ctid = l.tid
+     WHERE g.key = ANY(ARRAY(SELECT key FROM slot_locks)) AND g.key = l.key
     RETURNING g.key
   ),
   slot_wake AS (
