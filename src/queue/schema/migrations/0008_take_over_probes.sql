@@ -15,8 +15,9 @@
 -- to find them). Per job of the whole burn-down (pg_stat_statements, nested
 -- statements): with one worker process (bench/queue/serial-statements.mjs, two rounds, the old body in
 -- the same rounds, load 6) the take-over statement read 15.6-15.9 -> 12.3-13.1 buffers and ran 26.2-32.5
--- -> 19.6-21.7 µs; with bench/queue's two worker processes, 18.8 -> 15.5 buffers.
--- Now each of these reads job_groups once, by key = ANY(a sorted array of the freed keys), which
+-- -> 19.6-21.7 µs; with bench/queue's two worker processes, 18.8 -> 15.5 buffers (measured with the
+-- decrement below by address, which loses a decrement, see slots; by key, one round: 12.5 buffers).
+-- Now the check and the lock read job_groups once each, by key = ANY(a sorted array of the keys), which
 -- PostgreSQL 17 and later answer in one index scan that descends again only to reach a later leaf page
 -- (before 17, one descent per key, still in one scan node). Same locks, in the same order, same results,
 -- but for one gap closed: the slots given back are counted from the jobs actually leased (see short).
