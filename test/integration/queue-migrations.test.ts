@@ -370,3 +370,90 @@ describe('0009 (the completion by the primary key: complete_jobs)', () => {
     });
   });
 });
+
+describe('0010 (the take-over completion reads the freed groups in one scan)', () => {
+  it('a schema of 0009 migrates while a connection holds the old plans; that connection then gives a slot back and takes a job over', async () => {
+    const schema = `q_up_${++seq}`;
+    const s = pg.escapeIdentifier(schema);
+    (
+      await migrateQueue(
+        pool,
+        schema,
+        {},
+        QUEUE_MIGRATIONS.filter((m) => m.version <= 9),
+      )
+    )._unsafeUnwrap();
+    const queue = queueOn(schema);
+    for (const to of ['a', 'b', 'c'])
+      (await queue.enqueue(pool, 'email', { to }, { group: 'g' }))._unsafeUnwrap();
+    const limit = (concurrency: number) => JSON.stringify({ default: { concurrency } });
+    const claim = `SELECT (r.job).id::text AS id, (r.job).lease_token::text AS token, (r.job).payload
+                     FROM ${s}.claim_jobs_limited($1::int, 30000, ARRAY['email'], $2::jsonb) AS r WHERE (r.job).id IS NOT NULL`;
+    const takeNext = `SELECT r.done, r.heads FROM ${s}.complete_take_next($1::bigint[], $2::uuid[], 30000, ARRAY['email'],
+                        $3::jsonb, 10, false) AS r`;
+    const running = async () =>
+      (await pool.query<{ running: number }>(`SELECT running FROM ${s}.job_groups WHERE key = 'g'`)).rows[0]
+        ?.running;
+    const client = await pool.connect();
+    try {
+      // A worker of the previous version: its connection has run (and planned) both functions.
+      const first = await client.query<{ id: string; token: string; payload: { to: string } }>(claim, [
+        2,
+        limit(2),
+      ]);
+      expect(first.rows.map((r) => r.payload.to)).toEqual(['a', 'b']);
+      const none = await client.query<{ done: string[] }>(takeNext, [[], [], limit(2)]);
+      expect(none.rows[0]?.done).toEqual([]);
+      const settings = async () =>
+        (
+          await pool.query<{ proconfig: string[]; prosrc: string }>(
+            `SELECT proconfig, prosrc FROM pg_proc WHERE pronamespace = $1::regnamespace AND proname = 'complete_take_next'`,
+            [schema],
+          )
+        ).rows[0];
+      const old = await settings();
+      expect(
+        (
+          await migrateQueue(
+            pool,
+            schema,
+            {},
+            QUEUE_MIGRATIONS.filter((m) => m.version <= 10),
+          )
+        )._unsafeUnwrap(),
+      ).toEqual({
+        applied: [10],
+        version: 10,
+      });
+      // A new body with the settings it had (plans kept per connection, no sequential scans).
+      const now = await settings();
+      expect(now?.proconfig).toEqual(['plan_cache_mode=force_generic_plan', 'enable_seqscan=off']);
+      expect(now?.prosrc).not.toEqual(old?.prosrc);
+      const [a, b] = first.rows;
+      if (a === undefined || b === undefined) throw new Error('two jobs expected');
+      // The limit lowered to 1 while 2 run: completing 'a' takes nothing over, its slot goes back.
+      const gaveBack = await client.query<{ done: string[]; heads: string | null }>(takeNext, [
+        [a.id],
+        [a.token],
+        limit(1),
+      ]);
+      expect(gaveBack.rows[0]).toEqual({ done: [a.id], heads: null });
+      expect(await running()).toBe(1);
+      // Within the limit again: completing 'b' takes 'c' over, the group's count unchanged.
+      const took = await client.query<{ done: string[]; heads: string }>(takeNext, [
+        [b.id],
+        [b.token],
+        limit(1),
+      ]);
+      expect(took.rows[0]?.done).toEqual([b.id]);
+      expect(took.rows[0]?.heads.split(';')).toHaveLength(1);
+      expect(await running()).toBe(1);
+      const left = await pool.query<{ payload: { to: string }; state: string }>(
+        `SELECT payload, state FROM ${s}.jobs`,
+      );
+      expect(left.rows).toEqual([{ payload: { to: 'c' }, state: 'running' }]);
+    } finally {
+      client.release();
+    }
+  });
+});

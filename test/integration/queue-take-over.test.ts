@@ -139,6 +139,44 @@ describe('completeAndTakeNext on a queue with concurrency limits', () => {
     expect(await group(schema, 'a')).toMatchObject({ running: 0, actual: 0 });
   });
 
+  it('gives a slot back to the newest version of the group row when a claim changed it while the completion waited for its lock', async () => {
+    const { q, schema } = await queueOn({ default: { concurrency: 2 } });
+    await enqueueIn(q, ['g', 'g']);
+    const [a] = (await q.claim({ batch: 1 }))._unsafeUnwrap();
+    if (a === undefined) throw new Error('nothing claimed');
+    // Another worker's claim holds the group's row: it took the second job and has not committed yet.
+    const other = await pool.connect();
+    try {
+      await other.query('BEGIN');
+      const b = await other.query(
+        `SELECT (r.job).id FROM ${schema}.claim_jobs_limited(1, 30000, ARRAY['work'], $1::jsonb) AS r WHERE (r.job).id IS NOT NULL`,
+        [JSON.stringify({ default: { concurrency: 2 } })],
+      );
+      expect(b.rows).toHaveLength(1);
+      const otherPid = (await other.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]?.pid;
+      // Completing 'a' takes nothing over (the group's next job is that claim's, locked): its slot goes
+      // back, under the group's row lock, which it waits for.
+      const completing = takeNext(q, [a], { max: 1 });
+      for (let i = 0; ; i++) {
+        const r = await pool.query<{ n: number }>(
+          'SELECT count(*)::int AS n FROM pg_stat_activity WHERE $1::int = ANY(pg_blocking_pids(pid))',
+          [otherPid],
+        );
+        if ((r.rows[0]?.n ?? 0) > 0) break;
+        if (i > 2000) throw new Error('the completion never waited for the claim');
+        await new Promise((resolve) => setTimeout(resolve, 5));
+      }
+      await other.query('COMMIT');
+      const r = (await completing)._unsafeUnwrap();
+      expect(r.completed).toHaveLength(1);
+      expect(r.next).toEqual([]);
+    } finally {
+      other.release();
+    }
+    // The claim's increment and the completion's decrement both count: one job runs, the count says 1.
+    expect(await group(schema, 'g')).toMatchObject({ running: 1, actual: 1 });
+  });
+
   it('takes nothing not due yet', async () => {
     const { q, schema } = await queueOn(serial);
     (await q.enqueue(pool, 'work', { n: 1 }, { group: 'g' }))._unsafeUnwrap();
