@@ -1,10 +1,10 @@
 // CPU per tm.do of the telemetry hooks alone (no database): API absent (telemetry off) and API present
 // with no SDK registered, against an empty loop that reads the clock as often. 1e6 calls per round.
 //
-// Run: npx esbuild bench/telemetry-hooks-cpu.ts --bundle --platform=node --format=esm --packages=external \
+// Run: npx esbuild bench/standalone/telemetry-hooks-cpu.ts --bundle --platform=node --format=esm --packages=external \
 //        --outfile=dist-bench/telemetry-hooks-cpu.mjs && node dist-bench/telemetry-hooks-cpu.mjs
 import * as otel from '@opentelemetry/api';
-import { TxTelemetry } from '../src/observability/tx-telemetry.js';
+import { TxTelemetry } from '../../src/observability/tx-telemetry.js';
 
 const settings = { name: 'x', isolation: 'read committed', readOnly: false };
 const end = { type: 'committed' } as const;

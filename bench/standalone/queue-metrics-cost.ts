@@ -4,15 +4,15 @@
 // and queue.stats() (exact count(*) FILTER over every row), EXPLAIN (ANALYZE, BUFFERS): the median
 // execution time of 7 runs (min–max) and the shared buffers touched.
 //
-// Run: npx esbuild bench/queue-metrics-cost.ts --bundle --platform=node --format=esm --packages=external \
+// Run: npx esbuild bench/standalone/queue-metrics-cost.ts --bundle --platform=node --format=esm --packages=external \
 //        --outfile=dist-bench/queue-metrics-cost.mjs && node dist-bench/queue-metrics-cost.mjs
 import pg from 'pg';
 import { z } from 'zod/v4';
-import { Queue } from '../src/queue/queue.js';
-import { queueMetricsSql } from '../src/queue/store/queue-health.js';
-import { queueStatements } from '../src/queue/store/queue-sql.js';
-import { startPostgres } from '../src/testing/start-postgres.js';
-import { TxManager } from '../src/tx/tx-manager.js';
+import { Queue } from '../../src/queue/queue.js';
+import { queueMetricsSql } from '../../src/queue/store/queue-health.js';
+import { queueStatements } from '../../src/queue/store/queue-sql.js';
+import { startPostgres } from '../../src/testing/start-postgres.js';
+import { TxManager } from '../../src/tx/tx-manager.js';
 
 const RUNS = 7;
 
