@@ -65,6 +65,26 @@ function floorOutcome(row: Readonly<FloorClaimedRow>) {
   };
 }
 
+/** The jobs and the wait of a limited claim's row. */
+function limitedBatch(row: Readonly<LimitedClaimedRow> | undefined): ClaimedBatch {
+  const wait = row?.[4];
+  return { jobs: jobsFromClaim(row), waitMs: wait === null || wait === undefined ? undefined : Number(wait) };
+}
+
+/** What the limited claim's row says for its floor: as the plain claim's, with the key it may not pass. */
+function limitedFloorOutcome(row: Readonly<LimitedFloorRow>) {
+  const smallest: FloorKey | undefined =
+    row[8] === null || row[9] === null ? undefined : [Number(row[8]), row[9]];
+  return {
+    walked: Number(row[5]),
+    claimed: Number(row[6]),
+    atMs: Number(row[7]),
+    smallest,
+    behind: false,
+    bound: [Number(row[10]), row[11] ?? '0'] as const,
+  };
+}
+
 /** Whether any of `jobs` has a group (the statement then needs the steps that give group slots back). */
 function anyGrouped(jobs: readonly ClaimedLease[]): boolean {
   for (const job of jobs) if (job.group !== null) return true;
@@ -81,7 +101,7 @@ export interface JobStatementsConfig {
   readonly limits: string | undefined;
   /** Whether completions take over the group slots they free (limits declared, concurrency only). */
   readonly takesOver: boolean;
-  /** Where the plain claim starts (default: a new {@link ClaimFloor}; tests give one with their clock). */
+  /** Where the claim (plain or limited) starts (default: a new {@link ClaimFloor}; tests give one with their clock). */
   readonly floor?: ClaimFloor | undefined;
   /** Where the worker's reaper starts (default: a new {@link ReapFloor}; tests give one with their clock). */
   readonly reapFloor?: ReapFloor | undefined;
@@ -96,6 +116,18 @@ type FloorClaimedRow = [
   minAtMs: string | null,
   minId: string | null,
   behind: string,
+];
+
+/** The limited claim's row: the jobs and the wait, then what its floor needs (see queue-sql.ts). */
+type LimitedFloorRow = [
+  ...LimitedClaimedRow,
+  walked: string,
+  claimed: string,
+  atMs: string,
+  minAtMs: string | null,
+  minId: string | null,
+  boundMs: string,
+  boundId: string | null,
 ];
 
 /**
@@ -152,14 +184,19 @@ export class JobStatements implements ClaimStore, SettleStore, LeaseStore, ReapS
       );
     }
     const limited = [...params, this.#limits];
-    return runTuples<LimitedClaimedRow>(this.#pool, this.#sql.claimLimited, limited).map((res) => {
-      const row = res.rows[0];
-      const wait = row?.[4];
-      return {
-        jobs: jobsFromClaim(row),
-        waitMs: wait === null || wait === undefined ? undefined : Number(wait),
-      };
-    });
+    const from = this.#floor.start(o.tasks);
+    if (from === undefined)
+      return runTuples<LimitedClaimedRow>(this.#pool, this.#sql.claimLimited, limited).map((res) =>
+        limitedBatch(res.rows[0]),
+      );
+    return runTuples<LimitedFloorRow>(this.#pool, this.#sql.claimLimitedMeasured, [...limited, ...from]).map(
+      (res) => {
+        const row = res.rows[0];
+        if (row === undefined) return { jobs: [], waitMs: undefined };
+        this.#floor.record(o.tasks, o.batch, from, limitedFloorOutcome(row));
+        return limitedBatch([row[0], row[1], row[2], row[3], row[4]]);
+      },
+    );
   }
 
   /** Completes many jobs in one fenced statement on `db`; malformed leases are reported, not sent. */
