@@ -83,6 +83,14 @@ describe('ClaimFloor', () => {
     expect(floor.start(TASKS)).toEqual([at - 200, '0']);
   });
 
+  it("a limited claim's own windows are not counted as entries left behind", () => {
+    const floor = new ClaimFloor({ clock: () => 0 });
+    floor.record(TASKS, 10, SWEEP, outcome({ walked: 10 + 4 * 10 + 1_025, windows: 156 }));
+    expect(floor.start(TASKS)).toBeUndefined();
+    floor.record(TASKS, 10, SWEEP, outcome({ walked: 10 + 4 * 10 + 1_025 + 156, windows: 156 }));
+    expect(floor.start(TASKS)).toEqual([at - 5_000, '42']);
+  });
+
   it('a limited claim whose bound is -Infinity (a later priority below its window) leaves the floor', () => {
     const floor = sweptWith(50_000);
     const from = floorOf(floor);

@@ -86,7 +86,7 @@ export class ClaimFloor {
     if (from[0] === SWEEP[0]) {
       f.key = candidate;
       f.sweptAt = this.#clock();
-      f.inUse = result.walked - result.claimed > 4 * asked + 1_024;
+      f.inUse = result.walked - result.claimed - (result.windows ?? 0) > 4 * asked + 1_024;
       f.sweepEvery = Math.max(this.#sweepMs, result.walked / SWEEP_ENTRIES_PER_MS);
       return;
     }
@@ -117,6 +117,12 @@ export interface ClaimOutcome {
    * job it read and left; run_at +Infinity: none, -Infinity: the floor stays where it is).
    */
   readonly bound?: FloorKey | undefined;
+  /**
+   * The limited claim only: the live entries it may read beyond the jobs it takes with nothing left
+   * behind in the index (its windows; see limitedWindows in job-statements.ts), not counted as left
+   * behind when a sweep decides whether the floor is in use.
+   */
+  readonly windows?: number | undefined;
 }
 
 interface FloorState {

@@ -71,8 +71,16 @@ function limitedBatch(row: Readonly<LimitedClaimedRow> | undefined): ClaimedBatc
   return { jobs: jobsFromClaim(row), waitMs: wait === null || wait === undefined ? undefined : Number(wait) };
 }
 
+/**
+ * The live entries of jobs_claimable a limited claim of `asked` jobs that took `claimed` may read beyond
+ * what the floor's threshold allows with nothing left behind: when it took fewer than half (pass 1 ran),
+ * the search for where its head window ended and pass 1's window, `budget` = 2 × asked + 32 entries each
+ * (claim_jobs_limited, migration 0012); its head window alone is within the threshold.
+ */
+const limitedWindows = (asked: number, claimed: number) => (claimed * 2 < asked ? 2 * (2 * asked + 32) : 0);
+
 /** What the limited claim's row says for its floor: as the plain claim's, with the key it may not pass. */
-function limitedFloorOutcome(row: Readonly<LimitedFloorRow>) {
+function limitedFloorOutcome(row: Readonly<LimitedFloorRow>, asked: number) {
   const smallest: FloorKey | undefined =
     row[8] === null || row[9] === null ? undefined : [Number(row[8]), row[9]];
   return {
@@ -82,6 +90,7 @@ function limitedFloorOutcome(row: Readonly<LimitedFloorRow>) {
     smallest,
     behind: false,
     bound: [Number(row[10]), row[11] ?? '0'] as const,
+    windows: limitedWindows(asked, Number(row[6])),
   };
 }
 
@@ -193,7 +202,7 @@ export class JobStatements implements ClaimStore, SettleStore, LeaseStore, ReapS
       (res) => {
         const row = res.rows[0];
         if (row === undefined) return { jobs: [], waitMs: undefined };
-        this.#floor.record(o.tasks, o.batch, from, limitedFloorOutcome(row));
+        this.#floor.record(o.tasks, o.batch, from, limitedFloorOutcome(row, o.batch));
         return limitedBatch([row[0], row[1], row[2], row[3], row[4]]);
       },
     );
