@@ -294,3 +294,19 @@ describe('the limited claim leaves the floor below the jobs their limits hold ba
     expect(second.waitMs).toBeGreaterThan(0);
   });
 });
+
+describe('the limited claim without a held snapshot', () => {
+  it('a claim that searched past a window of jobs over their limits leaves the floor unused', async () => {
+    const clock = { t: 0 };
+    const serial = JSON.stringify({ default: { concurrency: 1 }, groups: {}, tasks: {} });
+    const s = await storeOn({ clock: () => clock.t }, serial, 1);
+    // 1,100 jobs of one serial group: more than the head window of a claim of 500 (1,032 entries), so the
+    // claim takes one job, searches where the window ended and reads a second window (pass 1): about
+    // 3,100 live entries read, none left behind.
+    await enqueue(s, 0, 1_100);
+    const claimed = (await s.store.claimBatch({ batch: 500, lease: 60_000, tasks: TASKS }))._unsafeUnwrap()
+      .jobs;
+    expect(claimed).toHaveLength(1);
+    expect(s.claimFloor.start(TASKS)).toBeUndefined();
+  });
+});
