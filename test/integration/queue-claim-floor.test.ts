@@ -295,6 +295,23 @@ describe('the limited claim leaves the floor below the jobs their limits hold ba
   });
 });
 
+describe('the limited claim whose head window was full', () => {
+  it('does not move the floor past a ready job of a later priority below the window', async () => {
+    const clock = { t: 0 };
+    const serial = JSON.stringify({ default: { concurrency: 1 }, groups: {}, tasks: {} });
+    const s = await storeOn({ clock: () => clock.t }, serial);
+    await floorInUse(s, clock);
+    const later = await enqueue(s, 10_000, 3, 5);
+    // 40 jobs of one serial group in priority 0, after them by run_at: a claim of 1 reads a window of 34
+    // of them (2 × 1 + 32), takes the first and leaves the rest for the group's limit.
+    const serialJobs = await enqueue({ ...s, groups: 1 }, 20_000, 40);
+    const first = (await s.store.claimBatch({ batch: 1, lease: 60_000, tasks: TASKS }))._unsafeUnwrap().jobs;
+    expect(first.map((j) => j.id)).toEqual([serialJobs[0]]);
+    // Not a sweep: from the floor, which stayed below the later priority's jobs.
+    expect(await claimAndComplete(s, 10)).toEqual(later);
+  });
+});
+
 describe('the limited claim without a held snapshot', () => {
   it('a claim that searched past a window of jobs over their limits leaves the floor unused', async () => {
     const clock = { t: 0 };

@@ -13,7 +13,8 @@
 -- Now claim_jobs_limited(n, lease_ms, tasks, limits, from_at, from_id) reads its head window, the cut and
 -- pass 1's window from the key (from_at, from_id) (the worker's claim floor, the same as the plain
 -- claim's; '-infinity': from the front, a sweep), and returns one more row, not a job (pass 0's, always
--- exactly one): bound_ms and bound_id, the key the floor may rise to (see 'fb' below). Where the plain
+-- exactly one): bound_ms and bound_id, the key the floor may rise to, and bound_priority (see 'fb'
+-- below). Where the plain
 -- claim's floor may rise to the smallest key it took, this one may rise only to the smallest key of a
 -- job its head window left behind (a group or rate window full, a job locked by another statement):
 -- jobs held back by their limits stay above the floor, and so does the wait hint's view of them (the
@@ -31,7 +32,8 @@
 
 CREATE FUNCTION {{schema}}.claim_jobs_limited(n integer, lease_ms double precision, tasks text[], limits jsonb,
                                               from_at timestamptz, from_id bigint)
-  RETURNS TABLE (job {{schema}}.jobs, wait_ms double precision, bound_ms double precision, bound_id bigint)
+  RETURNS TABLE (job {{schema}}.jobs, wait_ms double precision, bound_ms double precision, bound_id bigint,
+                 bound_priority integer)
   LANGUAGE plpgsql VOLATILE
   -- enable_sort = off: as for claim_jobs, the ordered index scans whatever the statistics.
   -- plan_cache_mode = force_generic_plan: the statements below are planned once per connection, not
@@ -171,16 +173,12 @@ BEGIN
     -- No lock; read in pass 0 only. What the claim floor may rise to (src/queue/store/claim-floor.ts):
     -- the smallest key (run_at as epoch ms, floor; id) of a job of the head window this claim left (its
     -- group or rate window full, or locked by another statement), and the window's last key when the
-    -- window was full (the jobs after it were not read); 'Infinity': it took every job it read and read
-    -- every ready job from the floor; '-Infinity': a ready job of a later priority than the window's last
-    -- lies between the floor and that key (claim_floor_behind, one index probe with a single priority):
-    -- the floor stays where it is. A claim of none reads nothing for it ('Infinity').
-    SELECT CASE WHEN w.k IS NULL THEN 'Infinity'::float8
-                WHEN w.is_full AND {{schema}}.claim_floor_behind(tasks, w.last_p, from_at, from_id,
-                                                             to_timestamp(w.k[1]::float8 / 1000), w.k[2])
-                  THEN '-Infinity'::float8
-                ELSE w.k[1]::float8 END AS ms,
-           w.k[2] AS id
+    -- window was full (the jobs after it were not read), with then the window's last priority (the
+    -- caller checks that no ready job of a later priority lies between the floor and that key:
+    -- claim_floor_behind, in the measured claim only); 'Infinity': it took every job it read and read
+    -- every ready job from the floor. A claim of none reads nothing for it ('Infinity').
+    SELECT CASE WHEN w.k IS NULL THEN 'Infinity'::float8 ELSE w.k[1]::float8 END AS ms, w.k[2] AS id,
+           CASE WHEN w.is_full THEN w.last_p END AS p
       FROM (SELECT min(ARRAY[floor(extract(epoch FROM h.run_at) * 1000)::bigint, h.id])
                      FILTER (WHERE h.pos = budget OR h.id NOT IN (SELECT u.id FROM up u)) AS k,
                    count(*) >= budget AS is_full, max(h.priority) AS last_p
@@ -192,11 +190,11 @@ BEGIN
       FROM (SELECT group_key, count(*)::int AS k FROM up WHERE group_key IS NOT NULL GROUP BY group_key) d
      WHERE g.key = d.group_key
   )
-  (SELECT u::{{schema}}.jobs, NULL::double precision, NULL::double precision, NULL::bigint
+  (SELECT u::{{schema}}.jobs, NULL::double precision, NULL::double precision, NULL::bigint, NULL::integer
      FROM up u ORDER BY u.priority, u.run_at, u.id)
   UNION ALL
   -- The floor's row (pass 0 only, exactly one): not a job, not a wait.
-  SELECT NULL::{{schema}}.jobs, NULL::double precision, fb.ms, fb.id FROM fb WHERE pass = 0;
+  SELECT NULL::{{schema}}.jobs, NULL::double precision, fb.ms, fb.id, fb.p FROM fb WHERE pass = 0;
   ELSE
   -- The full path: rate windows of groups and tasks, and the wait row.
   RETURN QUERY
@@ -363,16 +361,12 @@ BEGIN
     -- No lock; read in pass 0 only. What the claim floor may rise to (src/queue/store/claim-floor.ts):
     -- the smallest key (run_at as epoch ms, floor; id) of a job of the head window this claim left (its
     -- group or rate window full, or locked by another statement), and the window's last key when the
-    -- window was full (the jobs after it were not read); 'Infinity': it took every job it read and read
-    -- every ready job from the floor; '-Infinity': a ready job of a later priority than the window's last
-    -- lies between the floor and that key (claim_floor_behind, one index probe with a single priority):
-    -- the floor stays where it is. A claim of none reads nothing for it ('Infinity').
-    SELECT CASE WHEN w.k IS NULL THEN 'Infinity'::float8
-                WHEN w.is_full AND {{schema}}.claim_floor_behind(tasks, w.last_p, from_at, from_id,
-                                                             to_timestamp(w.k[1]::float8 / 1000), w.k[2])
-                  THEN '-Infinity'::float8
-                ELSE w.k[1]::float8 END AS ms,
-           w.k[2] AS id
+    -- window was full (the jobs after it were not read), with then the window's last priority (the
+    -- caller checks that no ready job of a later priority lies between the floor and that key:
+    -- claim_floor_behind, in the measured claim only); 'Infinity': it took every job it read and read
+    -- every ready job from the floor. A claim of none reads nothing for it ('Infinity').
+    SELECT CASE WHEN w.k IS NULL THEN 'Infinity'::float8 ELSE w.k[1]::float8 END AS ms, w.k[2] AS id,
+           CASE WHEN w.is_full THEN w.last_p END AS p
       FROM (SELECT min(ARRAY[floor(extract(epoch FROM h.run_at) * 1000)::bigint, h.id])
                      FILTER (WHERE h.pos = budget OR h.id NOT IN (SELECT u.id FROM up u)) AS k,
                    count(*) >= budget AS is_full, max(h.priority) AS last_p
@@ -395,15 +389,15 @@ BEGIN
        AND r.task IN (SELECT c.task FROM cand c)
        AND cardinality(r.rate_times) >= (limits->'tasks'->r.task->>'limit')::int
   )
-  (SELECT u::{{schema}}.jobs, NULL::double precision, NULL::double precision, NULL::bigint
+  (SELECT u::{{schema}}.jobs, NULL::double precision, NULL::double precision, NULL::bigint, NULL::integer
      FROM up u ORDER BY u.priority, u.run_at, u.id)
   UNION ALL
   SELECT NULL::{{schema}}.jobs, greatest(0, extract(epoch FROM min(w.at) - (SELECT locked_at FROM clk)) * 1000)::double precision,
-         NULL::double precision, NULL::bigint
+         NULL::double precision, NULL::bigint, NULL::integer
     FROM waits w HAVING min(w.at) IS NOT NULL
   UNION ALL
   -- The floor's row (pass 0 only, exactly one): not a job, not a wait.
-  SELECT NULL::{{schema}}.jobs, NULL::double precision, fb.ms, fb.id FROM fb WHERE pass = 0;
+  SELECT NULL::{{schema}}.jobs, NULL::double precision, fb.ms, fb.id, fb.p FROM fb WHERE pass = 0;
   END IF;
   GET DIAGNOSTICS k = ROW_COUNT;
   -- k counts the full path's wait row too (at most one per pass): pass 1 may ask for one job fewer. The
