@@ -52,17 +52,23 @@ function partitionCompleted(jobs: readonly JobLease[], done: ReadonlySet<string>
   return { completed, lost };
 }
 
+/**
+ * What a measured claim's row says for its floor from its column `at` on (walked, claimed, at_ms,
+ * min_at_ms, min_id: claimMeasured and claimLimitedMeasured in queue-sql.ts).
+ */
+function measuredOutcome(row: Readonly<(string | null)[]>, at: number) {
+  const minAt = row[at + 3];
+  const minId = row[at + 4];
+  const smallest: FloorKey | undefined =
+    minAt === null || minAt === undefined || minId === null || minId === undefined
+      ? undefined
+      : [Number(minAt), minId];
+  return { walked: Number(row[at]), claimed: Number(row[at + 1]), atMs: Number(row[at + 2]), smallest };
+}
+
 /** What the plain claim's row says for its floor. */
 function floorOutcome(row: Readonly<FloorClaimedRow>) {
-  const smallest: FloorKey | undefined =
-    row[7] === null || row[8] === null ? undefined : [Number(row[7]), row[8]];
-  return {
-    walked: Number(row[4]),
-    claimed: Number(row[5]),
-    atMs: Number(row[6]),
-    smallest,
-    behind: row[9] === 't',
-  };
+  return { ...measuredOutcome(row, 4), behind: row[9] === 't' };
 }
 
 /** The jobs and the wait of a limited claim's row. */
@@ -81,16 +87,12 @@ const limitedWindows = (asked: number, claimed: number) => (claimed * 2 < asked 
 
 /** What the limited claim's row says for its floor: as the plain claim's, with the key it may not pass. */
 function limitedFloorOutcome(row: Readonly<LimitedFloorRow>, asked: number) {
-  const smallest: FloorKey | undefined =
-    row[8] === null || row[9] === null ? undefined : [Number(row[8]), row[9]];
+  const measured = measuredOutcome(row, 5);
   return {
-    walked: Number(row[5]),
-    claimed: Number(row[6]),
-    atMs: Number(row[7]),
-    smallest,
+    ...measured,
     behind: false,
     bound: [Number(row[10]), row[11] ?? '0'] as const,
-    windows: limitedWindows(asked, Number(row[6])),
+    windows: limitedWindows(asked, measured.claimed),
   };
 }
 
