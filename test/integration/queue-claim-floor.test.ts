@@ -327,3 +327,57 @@ describe('the limited claim without a held snapshot', () => {
     expect(s.claimFloor.start(TASKS)).toBeUndefined();
   });
 });
+
+describe('the limited claim searching group by group while a snapshot holds the horizon back', () => {
+  /**
+   * Ten serial groups whose `count` jobs are claimed and completed (one per group and claim) with the
+   * horizon held, then a head of 100 ready jobs (run_at now(), above the floor) of a serial group that
+   * has one running: a claim of 10 finds its head window full of jobs over their limit and searches the
+   * ten groups one by one (pass 1), each from where the floor lets it start. Its shared buffers, as
+   * claimBuffers measures them.
+   */
+  async function searchBuffers(s: Setup, count: number, clock: { t: number }) {
+    for (let done = 0; done < count; done += 100) {
+      clock.t += 1_000; // the round's first claim is a sweep
+      await enqueue(s, done, 100);
+      for (let left = 100; left > 0; ) left -= (await claimAndComplete(s, 100)).length;
+    }
+    await pool.query(
+      `SELECT ${s.schema}.enqueue('work', '{}'::jsonb, group_key => 'hog') FROM generate_series(0, 100) g`,
+    );
+    const running = (await s.store.claimBatch({ batch: 1, lease: 60_000, tasks: TASKS }))._unsafeUnwrap()
+      .jobs;
+    expect(running.map((j) => j.group)).toEqual(['hog']);
+    return claimBuffers(s, 10);
+  }
+
+  const serial = JSON.stringify({ default: { concurrency: 1 }, groups: {}, tasks: {} });
+
+  it('reads at most three times after 5,000 jobs claimed what it read after 200 (the claim floor)', async () => {
+    const counts: number[] = [];
+    await holdHorizon();
+    for (const count of [200, 5_000]) {
+      const clock = { t: 0 };
+      const s = await storeOn({ clock: () => clock.t }, serial, 10);
+      counts.push(await searchBuffers(s, count, clock));
+    }
+    // Measured: 97 after 200 jobs and 136 after 5,000 (PostgreSQL 18), 96 and 215 (14: the entries
+    // behind the floor read on the leaf pages); with the floor on the head window only and each group
+    // searched from its front, 97 → 1,282 and 96 → 1,347; the naive control below 103 → 1,708.
+    const [early = 0, late = 0] = counts;
+    expect({ early, late, bounded: late <= 3 * early }).toMatchObject({ bounded: true });
+  });
+
+  it('naive control: sweeping at every claim, the cost grows with the jobs claimed', async () => {
+    const counts: number[] = [];
+    await holdHorizon();
+    for (const count of [200, 5_000]) {
+      const clock = { t: 0 };
+      const s = await storeOn({ clock: () => (clock.t += 3_600_000) }, serial, 10);
+      counts.push(await searchBuffers(s, count, clock));
+    }
+    const [early = 0, late = 0] = counts;
+    expect({ early, late, bounded: late <= 3 * early }).toMatchObject({ bounded: false });
+    expect(late).toBeGreaterThan(10 * early);
+  });
+});
