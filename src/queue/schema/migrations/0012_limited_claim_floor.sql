@@ -18,8 +18,8 @@
 -- With no snapshot held the worker sends the claim from the front as before (the floor is used only
 -- after a sweep found many entries left behind, see claim-floor.ts); this body adds the floor's row
 -- ('fb'), measured (bench/queue/limited-claim-variants.mjs, claims of 8 over 50 groups, the backend's
--- CPU, medians of three runs): 800–880 µs with 0011's body, 880–940 with this one (concurrency limits);
--- 1,080–1,120 and 1,140–1,340 with a group rate; rounds vary by ±100 µs.
+-- CPU, the medians of four runs): 800–900 µs with 0011's body, 880–940 with this one (concurrency
+-- limits); 1,080–1,240 and 1,140–1,340 with a group rate; rounds vary by ±100 µs.
 -- Now claim_jobs_limited(n, lease_ms, tasks, limits, from_at, from_id) reads its head window, the cut and
 -- pass 1's window from the key (from_at, from_id) (the worker's claim floor, the same as the plain
 -- claim's; '-infinity': from the front, a sweep), and returns one more row, not a job (pass 0's, always
