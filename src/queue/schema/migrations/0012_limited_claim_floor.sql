@@ -105,8 +105,8 @@ BEGIN
   deep AS MATERIALIZED (
     -- No lock; pass 1 only. The first ready jobs of up to 'want' groups that look like they have room (a
     -- snapshot read, only a preselection: the limit is checked under the group's lock below), through
-    -- jobs_group_ready, each group from the claim floor. Reads job_groups, one row per group: O(groups), in a pass that runs only behind
-    -- a long run of jobs over their limits.
+    -- jobs_group_ready, each group from the claim floor. Reads job_groups, one row per group: O(groups),
+    -- in a pass that runs only behind a long run of jobs over their limits.
     SELECT q.id, q.task, q.group_key, q.priority, q.run_at, budget + row_number() OVER () AS pos
       FROM (
         SELECT g.key FROM {{schema}}.job_groups g
@@ -228,8 +228,8 @@ BEGIN
   deep AS MATERIALIZED (
     -- No lock; pass 1 only. The first ready jobs of up to 'want' groups that look like they have room (a
     -- snapshot read, only a preselection: the limit is checked under the group's lock below), through
-    -- jobs_group_ready, each group from the claim floor. Reads job_groups, one row per group: O(groups), in a pass that runs only behind
-    -- a long run of jobs over their limits.
+    -- jobs_group_ready, each group from the claim floor. Reads job_groups, one row per group: O(groups),
+    -- in a pass that runs only behind a long run of jobs over their limits.
     SELECT q.id, q.task, q.group_key, q.priority, q.run_at, budget + row_number() OVER () AS pos
       FROM (
         SELECT g.key FROM {{schema}}.job_groups g
