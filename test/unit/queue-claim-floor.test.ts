@@ -64,6 +64,40 @@ describe('ClaimFloor', () => {
     expect(floor.start(TASKS)).toEqual([at - 5_000, '43']);
   });
 
+  it("a limited claim's bound (a job it left) caps the floor, whether it took fewer than asked or not", () => {
+    const floor = sweptWith(50_000);
+    const from = floorOf(floor);
+    // Took fewer than asked: the floor would go to now() - 200 ms, but a job held back lies below it.
+    floor.record(TASKS, 10, from, outcome({ claimed: 3, bound: [at - 4_000, '60'] }));
+    expect(floor.start(TASKS)).toEqual([at - 4_000, '60']);
+    // Took all it asked: the smaller of the smallest key taken and the bound.
+    floor.record(
+      TASKS,
+      10,
+      floorOf(floor),
+      outcome({ smallest: [at - 1_000, '90'], bound: [at - 2_000, '80'] }),
+    );
+    expect(floor.start(TASKS)).toEqual([at - 2_000, '80']);
+    // No bound (+Infinity: it took every job it read): as the plain claim.
+    floor.record(TASKS, 10, floorOf(floor), outcome({ claimed: 3, bound: [Number.POSITIVE_INFINITY, '0'] }));
+    expect(floor.start(TASKS)).toEqual([at - 200, '0']);
+  });
+
+  it("a limited claim's own windows are not counted as entries left behind", () => {
+    const floor = new ClaimFloor({ clock: () => 0 });
+    floor.record(TASKS, 10, SWEEP, outcome({ walked: 10 + 4 * 10 + 1_025, windows: 156 }));
+    expect(floor.start(TASKS)).toBeUndefined();
+    floor.record(TASKS, 10, SWEEP, outcome({ walked: 10 + 4 * 10 + 1_025 + 156, windows: 156 }));
+    expect(floor.start(TASKS)).toEqual([at - 5_000, '42']);
+  });
+
+  it('a limited claim whose bound is -Infinity (a later priority below its window) leaves the floor', () => {
+    const floor = sweptWith(50_000);
+    const from = floorOf(floor);
+    floor.record(TASKS, 10, from, outcome({ claimed: 3, bound: SWEEP }));
+    expect(floor.start(TASKS)).toEqual(from);
+  });
+
   it('sweeps come every second, or one second per 10,000 entries the last one read', () => {
     const now = { t: 0 };
     const floor = sweptWith(2_000, now);

@@ -1,6 +1,6 @@
 /**
- * Where a worker's plain claim starts reading `jobs_claimable` (the claim floor), and when it reads it
- * from the front instead (a sweep).
+ * Where a worker's claim (the plain claim, and the limited claim of a queue with groups or rates) starts
+ * reading `jobs_claimable` (the claim floor), and when it reads it from the front instead (a sweep).
  *
  * Why: claiming a job leaves its old entry in `jobs_claimable` until vacuum removes it or a scan marks
  * it dead, and neither happens while a session holds the MVCC horizon back (a REPEATABLE READ
@@ -18,6 +18,10 @@
  * - the smallest key (run_at, id) the claim took, when no ready job of a later priority lies between the
  *   old floor and that key (the claim reads the priorities in order and stops in the last one it took
  *   from; `claim_floor_behind` checks the later ones, one index probe when a single priority is in use).
+ * The limited claim (claim_jobs_limited, migration 0012) leaves jobs its groups' or tasks' limits hold back:
+ * it reports the smallest key of a job its head window left (or the window's last key when the window
+ * was full and no ready job of a later priority lies below it; otherwise the floor stays), its `bound`,
+ * and the floor rises to no more than that (nor above the two limits above).
  * It never moves down, except at a sweep: a claim from the front (see below for how often), which takes
  * what fell below the floor (the stragglers: a job whose enqueuing transaction stayed open more than
  * slackMs, a job enqueued with a run_at in the past, a job another statement held locked while a claim
@@ -82,7 +86,7 @@ export class ClaimFloor {
     if (from[0] === SWEEP[0]) {
       f.key = candidate;
       f.sweptAt = this.#clock();
-      f.inUse = result.walked - result.claimed > 4 * asked + 1_024;
+      f.inUse = result.walked - result.claimed - (result.windows ?? 0) > 4 * asked + 1_024;
       f.sweepEvery = Math.max(this.#sweepMs, result.walked / SWEEP_ENTRIES_PER_MS);
       return;
     }
@@ -108,6 +112,17 @@ export interface ClaimOutcome {
   readonly smallest: FloorKey | undefined;
   /** Whether a ready job of a later priority than the last one it claimed lies below `smallest`. */
   readonly behind: boolean;
+  /**
+   * The limited claim only: the key the floor may not pass, whatever it claimed (the smallest key of a
+   * job it read and left; run_at +Infinity: none, -Infinity: the floor stays where it is).
+   */
+  readonly bound?: FloorKey | undefined;
+  /**
+   * The limited claim only: the live entries it may read beyond the jobs it takes with nothing left
+   * behind in the index (its windows; see limitedWindows in job-statements.ts), not counted as left
+   * behind when a sweep decides whether the floor is in use.
+   */
+  readonly windows?: number | undefined;
 }
 
 interface FloorState {
@@ -132,9 +147,17 @@ const SWEEP_ENTRIES_PER_MS = 10;
 /** The floor a claim's outcome allows (see the class's doc): never above its now() - slack. */
 function nextFloor(r: ClaimOutcome, asked: number, slackMs: number): FloorKey {
   const bySlack: FloorKey = [r.atMs - slackMs, '0'];
-  if (r.claimed < asked) return bySlack;
-  if (r.behind || r.smallest === undefined) return SWEEP;
-  return compareKeys(r.smallest, bySlack) < 0 ? r.smallest : bySlack;
+  let bound = r.bound ?? NO_BOUND;
+  if (r.claimed >= asked) bound = smaller(bound, r.behind || r.smallest === undefined ? SWEEP : r.smallest);
+  return smaller(bound, bySlack);
+}
+
+/** No bound but the slack's. */
+const NO_BOUND: FloorKey = [Number.POSITIVE_INFINITY, '0'];
+
+/** The smaller of two floor keys. */
+function smaller(a: FloorKey, b: FloorKey): FloorKey {
+  return compareKeys(a, b) < 0 ? a : b;
 }
 
 /** Orders two floor keys as PostgreSQL orders (run_at, id). */

@@ -52,16 +52,47 @@ function partitionCompleted(jobs: readonly JobLease[], done: ReadonlySet<string>
   return { completed, lost };
 }
 
+/**
+ * What a measured claim's row says for its floor from its column `at` on (walked, claimed, at_ms,
+ * min_at_ms, min_id: claimMeasured and claimLimitedMeasured in queue-sql.ts).
+ */
+function measuredOutcome(row: Readonly<(string | null)[]>, at: number) {
+  const minAt = row[at + 3];
+  const minId = row[at + 4];
+  const smallest: FloorKey | undefined =
+    minAt === null || minAt === undefined || minId === null || minId === undefined
+      ? undefined
+      : [Number(minAt), minId];
+  return { walked: Number(row[at]), claimed: Number(row[at + 1]), atMs: Number(row[at + 2]), smallest };
+}
+
 /** What the plain claim's row says for its floor. */
 function floorOutcome(row: Readonly<FloorClaimedRow>) {
-  const smallest: FloorKey | undefined =
-    row[7] === null || row[8] === null ? undefined : [Number(row[7]), row[8]];
+  return { ...measuredOutcome(row, 4), behind: row[9] === 't' };
+}
+
+/** The jobs and the wait of a limited claim's row. */
+function limitedBatch(row: Readonly<LimitedClaimedRow> | undefined): ClaimedBatch {
+  const wait = row?.[4];
+  return { jobs: jobsFromClaim(row), waitMs: wait === null || wait === undefined ? undefined : Number(wait) };
+}
+
+/**
+ * The live entries of jobs_claimable a limited claim of `asked` jobs that took `claimed` may read beyond
+ * what the floor's threshold allows with nothing left behind: when it took fewer than half (pass 1 ran),
+ * the search for where its head window ended and pass 1's window, `budget` = 2 × asked + 32 entries each
+ * (claim_jobs_limited, migration 0012); its head window alone is within the threshold.
+ */
+const limitedWindows = (asked: number, claimed: number) => (claimed * 2 < asked ? 2 * (2 * asked + 32) : 0);
+
+/** What the limited claim's row says for its floor: as the plain claim's, with the key it may not pass. */
+function limitedFloorOutcome(row: Readonly<LimitedFloorRow>, asked: number) {
+  const measured = measuredOutcome(row, 5);
   return {
-    walked: Number(row[4]),
-    claimed: Number(row[5]),
-    atMs: Number(row[6]),
-    smallest,
-    behind: row[9] === 't',
+    ...measured,
+    behind: false,
+    bound: [Number(row[10]), row[11] ?? '0'] as const,
+    windows: limitedWindows(asked, measured.claimed),
   };
 }
 
@@ -81,7 +112,7 @@ export interface JobStatementsConfig {
   readonly limits: string | undefined;
   /** Whether completions take over the group slots they free (limits declared, concurrency only). */
   readonly takesOver: boolean;
-  /** Where the plain claim starts (default: a new {@link ClaimFloor}; tests give one with their clock). */
+  /** Where the claim (plain or limited) starts (default: a new {@link ClaimFloor}; tests give one with their clock). */
   readonly floor?: ClaimFloor | undefined;
   /** Where the worker's reaper starts (default: a new {@link ReapFloor}; tests give one with their clock). */
   readonly reapFloor?: ReapFloor | undefined;
@@ -96,6 +127,18 @@ type FloorClaimedRow = [
   minAtMs: string | null,
   minId: string | null,
   behind: string,
+];
+
+/** The limited claim's row: the jobs and the wait, then what its floor needs (see queue-sql.ts). */
+type LimitedFloorRow = [
+  ...LimitedClaimedRow,
+  walked: string,
+  claimed: string,
+  atMs: string,
+  minAtMs: string | null,
+  minId: string | null,
+  boundMs: string,
+  boundId: string | null,
 ];
 
 /**
@@ -152,14 +195,19 @@ export class JobStatements implements ClaimStore, SettleStore, LeaseStore, ReapS
       );
     }
     const limited = [...params, this.#limits];
-    return runTuples<LimitedClaimedRow>(this.#pool, this.#sql.claimLimited, limited).map((res) => {
-      const row = res.rows[0];
-      const wait = row?.[4];
-      return {
-        jobs: jobsFromClaim(row),
-        waitMs: wait === null || wait === undefined ? undefined : Number(wait),
-      };
-    });
+    const from = this.#floor.start(o.tasks);
+    if (from === undefined)
+      return runTuples<LimitedClaimedRow>(this.#pool, this.#sql.claimLimited, limited).map((res) =>
+        limitedBatch(res.rows[0]),
+      );
+    return runTuples<LimitedFloorRow>(this.#pool, this.#sql.claimLimitedMeasured, [...limited, ...from]).map(
+      (res) => {
+        const row = res.rows[0];
+        if (row === undefined) return { jobs: [], waitMs: undefined };
+        this.#floor.record(o.tasks, o.batch, from, limitedFloorOutcome(row, o.batch));
+        return limitedBatch([row[0], row[1], row[2], row[3], row[4]]);
+      },
+    );
   }
 
   /** Completes many jobs in one fenced statement on `db`; malformed leases are reported, not sent. */

@@ -10,6 +10,7 @@ export interface QueueStatements {
   readonly claim: string;
   readonly claimMeasured: string;
   readonly claimLimited: string;
+  readonly claimLimitedMeasured: string;
   readonly complete: string;
   readonly completeUngrouped: string;
   readonly completeTakeNext: string;
@@ -100,9 +101,32 @@ export function queueStatements(
     // statement ends), then FOR UPDATE SKIP LOCKED on the chosen jobs; it never waits for a lock. A row
     // with a NULL id is not a job: its wait_ms says when a full rate window frees a place (one per pass
     // at most: the soonest counts).
+    // Called from the front (the six-argument claim_jobs_limited of migration 0012; its row of what the
+    // floor may rise to, not a job, is left out by the aggregates' filter).
     claimLimited: `
       SELECT ${claimedAggregates(' FILTER (WHERE j.id IS NOT NULL)')}, min(r.wait_ms) AS wait_ms
-        FROM ${s}.claim_jobs_limited($1::int, $2::float8, $3::text[], $4::jsonb) AS r
+        FROM ${s}.claim_jobs_limited($1::int, $2::float8, $3::text[], $4::jsonb, '-infinity'::timestamptz, 0::bigint) AS r
+        CROSS JOIN LATERAL (SELECT (r.job).*) AS j`,
+    // The limited claim with what the claim floor needs, as claimMeasured for the plain claim: from ($5,
+    // $6), the floor (-Infinity: a sweep); after the jobs and the wait, the entries of jobs_claimable it
+    // read (counted as in claimMeasured), the jobs claimed, its now(), the smallest key it took, and the
+    // key the floor may not pass (the function's row for it, one: bound_ms, bound_id; see migration
+    // 0012), -Infinity (the floor stays) when its head window was full and a ready job of a later
+    // priority than the window's last (bound_priority) lies between the floor and that key
+    // (claim_floor_behind: a snapshot read, no lock, one index probe with a single priority; here, not
+    // in the function, so that only the measured claim runs it). Same locks as claimLimited.
+    claimLimitedMeasured: `
+      SELECT ${claimedAggregates(' FILTER (WHERE j.id IS NOT NULL)')}, min(r.wait_ms) AS wait_ms,
+             ${readCount} - max(b.read_before) AS walked,
+             count(j.id) AS claimed, floor(extract(epoch FROM now()) * 1000) AS at_ms,
+             (${minKey})[1] AS min_at_ms, (${minKey})[2] AS min_id,
+             CASE WHEN min(r.bound_priority) IS NOT NULL
+                   AND ${s}.claim_floor_behind($3::text[], min(r.bound_priority), max(b.from_at), $6::bigint,
+                         to_timestamp(min(r.bound_ms) / 1000), min(r.bound_id))
+                  THEN '-Infinity'::float8 ELSE min(r.bound_ms) END AS bound_ms,
+             min(r.bound_id) AS bound_id
+        FROM (SELECT ${readCount} AS read_before, to_timestamp($5::float8 / 1000) AS from_at OFFSET 0) b
+        CROSS JOIN LATERAL ${s}.claim_jobs_limited($1::int, $2::float8, $3::text[], $4::jsonb, b.from_at, $6::bigint) AS r
         CROSS JOIN LATERAL (SELECT (r.job).*) AS j`,
     // The completion (see `completion` above for its lock, fence and plan), with the group steps.
     complete: completion(true),
