@@ -11,10 +11,9 @@
 // Run: npm run build && node bench/queue/claim-parts.mjs  (PGTXKIT_PARTS_ROUNDS, PGTXKIT_PARTS_BATCH)
 import { loadavg } from 'node:os';
 import pg from 'pg';
-import { jobsFromClaim, RAW_TEXT } from '../../dist/queue/job.js';
 import { createTestDatabase, startPostgres } from '../../dist/testing/index.js';
+import { cpuPerClaim } from './claim-cpu.mjs';
 import { filledQueue } from './filled-queue.mjs';
-import { backendCpuUs } from './server-cpu.mjs';
 import { span } from './stats.mjs';
 
 const ROUNDS = Number(process.env.PGTXKIT_PARTS_ROUNDS ?? 5);
@@ -49,29 +48,14 @@ const results = new Map();
 
 async function round(groupSteps, rows) {
   const { statements: s } = await filledQueue(pool, { jobs: JOBS, sql: claimFunction(groupSteps) });
-  const client = await pool.connect();
-  try {
-    const pid = (await client.query('SELECT pg_backend_pid() AS pid')).rows[0].pid;
-    let cpu = 0;
-    let claims = 0;
-    for (;;) {
-      const before = backendCpuUs(pid);
-      const r = await client.query({
-        text: rows ? 'SELECT * FROM q.claim_jobs($1::int, $2::float8, $3::text[])' : s.claim,
-        values: [BATCH, 30_000, ['noop']],
-        rowMode: 'array',
-        types: RAW_TEXT,
-      });
-      cpu += backendCpuUs(pid) - before;
-      const ids = rows ? r.rows.map((row) => row[0]) : jobsFromClaim(r.rows[0]).map((j) => j.id);
-      if (ids.length === 0) break;
-      claims++;
-      await client.query('DELETE FROM q.jobs WHERE id = ANY($1::bigint[])', [ids]);
-    }
-    return cpu / claims;
-  } finally {
-    client.release();
-  }
+  return cpuPerClaim(
+    pool,
+    {
+      text: rows ? 'SELECT * FROM q.claim_jobs($1::int, $2::float8, $3::text[])' : s.claim,
+      values: [BATCH, 30_000, ['noop']],
+    },
+    rows ? { ids: (r) => r.map((row) => row[0]) } : {},
+  );
 }
 
 const VARIANTS = [

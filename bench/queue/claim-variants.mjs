@@ -12,11 +12,10 @@
 // Run: npm run build && node bench/queue/claim-variants.mjs  (PGTXKIT_CLAIMV_ROUNDS, PGTXKIT_CLAIMV_BATCH)
 import { loadavg } from 'node:os';
 import pg from 'pg';
-import { jobsFromClaim, RAW_TEXT } from '../../dist/queue/job.js';
 import { claimedAggregates } from '../../dist/queue/store/claimed-aggregates.js';
 import { createTestDatabase, startPostgres } from '../../dist/testing/index.js';
+import { cpuPerClaim } from './claim-cpu.mjs';
 import { filledQueue } from './filled-queue.mjs';
-import { backendCpuUs } from './server-cpu.mjs';
 import { span } from './stats.mjs';
 
 const ROUNDS = Number(process.env.PGTXKIT_CLAIMV_ROUNDS ?? 5);
@@ -34,29 +33,7 @@ const results = new Map();
 
 async function round(query) {
   const { statements: s } = await filledQueue(pool, { jobs: JOBS });
-  const client = await pool.connect();
-  try {
-    const pid = (await client.query('SELECT pg_backend_pid() AS pid')).rows[0].pid;
-    let cpu = 0;
-    let claims = 0;
-    for (;;) {
-      const before = backendCpuUs(pid);
-      const r = await client.query({
-        ...query(s),
-        values: [BATCH, 30_000, ['noop']],
-        rowMode: 'array',
-        types: RAW_TEXT,
-      });
-      cpu += backendCpuUs(pid) - before;
-      const ids = jobsFromClaim(r.rows[0]).map((j) => j.id);
-      if (ids.length === 0) break;
-      claims++;
-      await client.query('DELETE FROM q.jobs WHERE id = ANY($1::bigint[])', [ids]);
-    }
-    return cpu / claims;
-  } finally {
-    client.release(true);
-  }
+  return cpuPerClaim(pool, { ...query(s), values: [BATCH, 30_000, ['noop']] });
 }
 
 const VARIANTS = [

@@ -12,12 +12,11 @@
 //      (PGTXKIT_LCLAIMV_ROUNDS, PGTXKIT_LCLAIMV_BATCH)
 import { loadavg } from 'node:os';
 import pg from 'pg';
-import { jobsFromClaim, RAW_TEXT } from '../../dist/queue/job.js';
 import { QUEUE_MIGRATIONS } from '../../dist/queue/schema/queue-migrations.generated.js';
 import { claimedAggregates } from '../../dist/queue/store/claimed-aggregates.js';
 import { createTestDatabase, startPostgres } from '../../dist/testing/index.js';
+import { cpuPerClaim } from './claim-cpu.mjs';
 import { filledQueue } from './filled-queue.mjs';
-import { backendCpuUs } from './server-cpu.mjs';
 import { span } from './stats.mjs';
 
 const ROUNDS = Number(process.env.PGTXKIT_LCLAIMV_ROUNDS ?? 5);
@@ -49,30 +48,14 @@ const results = new Map();
 async function round(query, limits) {
   const { statements: s } = await filledQueue(pool, { jobs: JOBS, groups: 50, sql: M11 });
   const { text, extra } = query(s);
-  const client = await pool.connect();
-  try {
-    const pid = (await client.query('SELECT pg_backend_pid() AS pid')).rows[0].pid;
-    let cpu = 0;
-    let claims = 0;
-    for (;;) {
-      const before = backendCpuUs(pid);
-      const r = await client.query({
-        text,
-        values: [BATCH, 30_000, ['noop'], limits, ...extra],
-        rowMode: 'array',
-        types: RAW_TEXT,
-      });
-      cpu += backendCpuUs(pid) - before;
-      const ids = jobsFromClaim(r.rows[0]).map((j) => j.id);
-      if (ids.length === 0) break;
-      claims++;
-      await client.query('DELETE FROM q.jobs WHERE id = ANY($1::bigint[])', [ids]);
-      await client.query('UPDATE q.job_groups SET running = 0, rate_times = $1 WHERE running > 0', ['{}']);
-    }
-    return cpu / claims;
-  } finally {
-    client.release(true);
-  }
+  return cpuPerClaim(
+    pool,
+    { text, values: [BATCH, 30_000, ['noop'], limits, ...extra] },
+    {
+      afterBatch: (client) =>
+        client.query('UPDATE q.job_groups SET running = 0, rate_times = $1 WHERE running > 0', ['{}']),
+    },
+  );
 }
 
 const VARIANTS = [
