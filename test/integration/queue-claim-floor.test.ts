@@ -13,6 +13,7 @@ import { JobStatements } from '../../src/queue/store/job-statements.js';
 import { queueStatements } from '../../src/queue/store/queue-sql.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
 import { useTestDatabase } from '../helpers.js';
+import { explainBuffers } from './explain-buffers.js';
 import { useHorizonHolder } from './hold-horizon.js';
 
 const { pool } = await useTestDatabase();
@@ -78,15 +79,7 @@ async function claimBuffers(s: Setup, batch: number) {
       : [s.limits === undefined ? s.sql.claimMeasured : s.sql.claimLimitedMeasured, [...params, ...from]];
   const client = await pool.connect();
   try {
-    const explain = async (n: number) => {
-      const r = await client.query<{ 'QUERY PLAN': { Plan: Record<string, number> }[] }>(
-        `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${text}`,
-        [n, ...values.slice(1)],
-      );
-      const plan = r.rows[0]?.['QUERY PLAN'][0]?.Plan;
-      if (plan === undefined) throw new Error('no plan');
-      return (plan['Shared Hit Blocks'] ?? 0) + (plan['Shared Read Blocks'] ?? 0);
-    };
+    const explain = (n: number) => explainBuffers(client, text, [n, ...values.slice(1)]);
     for (let i = 0; i < 6; i++) await explain(0);
     return await explain(batch);
   } finally {

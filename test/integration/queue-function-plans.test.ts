@@ -12,6 +12,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { migrateQueue } from '../../src/queue/schema/migrate-queue.js';
 import { QUEUE_MIGRATIONS } from '../../src/queue/schema/queue-migrations.generated.js';
 import { useTestDatabase } from '../helpers.js';
+import { explainBuffers } from './explain-buffers.js';
 
 const { pool } = await useTestDatabase();
 let seq = 0;
@@ -30,16 +31,9 @@ async function schemaAt(version: number) {
   return schema;
 }
 
-/** The shared buffers (hit + read) of `text` run under EXPLAIN (ANALYZE, BUFFERS) on `client`. */
-async function buffers(client: pg.PoolClient, text: string, values: readonly unknown[]) {
-  const r = await client.query<{ 'QUERY PLAN': { Plan: Record<string, number> }[] }>(
-    `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${text}`,
-    [...values],
-  );
-  const plan = r.rows[0]?.['QUERY PLAN'][0]?.Plan;
-  if (plan === undefined) throw new Error('no plan');
-  return (plan['Shared Hit Blocks'] ?? 0) + (plan['Shared Read Blocks'] ?? 0);
-}
+/** What `text` reads, run on `client`. */
+const buffers = (client: pg.PoolClient, text: string, values: readonly unknown[]) =>
+  explainBuffers(client, text, values);
 
 let holder: pg.PoolClient | undefined;
 afterEach(async () => {

@@ -20,6 +20,7 @@ import { ReapFloor } from '../../src/queue/store/reap-floor.js';
 import { leaseArrays } from '../../src/queue/store/split-leases.js';
 import { TxManager } from '../../src/tx/tx-manager.js';
 import { useTestDatabase } from '../helpers.js';
+import { explainBuffers } from './explain-buffers.js';
 import { useHorizonHolder } from './hold-horizon.js';
 
 const { pool } = await useTestDatabase();
@@ -53,21 +54,9 @@ async function claim(s: Setup, batch: number, lease: number): Promise<ClaimedLea
   return (await s.store.claimBatch({ batch, lease, tasks: TASKS }))._unsafeUnwrap().jobs;
 }
 
-/** The shared buffers (hit + read) of `text` with `values` under EXPLAIN (ANALYZE, BUFFERS), rolled back. */
-async function buffers(client: pg.PoolClient, text: string, values: unknown[]) {
-  await client.query('BEGIN');
-  try {
-    const r = await client.query<{ 'QUERY PLAN': { Plan: Record<string, number> }[] }>(
-      `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${text}`,
-      values,
-    );
-    const plan = r.rows[0]?.['QUERY PLAN'][0]?.Plan;
-    if (plan === undefined) throw new Error('no plan');
-    return (plan['Shared Hit Blocks'] ?? 0) + (plan['Shared Read Blocks'] ?? 0);
-  } finally {
-    await client.query('ROLLBACK');
-  }
-}
+/** What `text` reads, run on `client` in a transaction rolled back after it. */
+const buffers = (client: pg.PoolClient, text: string, values: unknown[]) =>
+  explainBuffers(client, text, values, { rolledBack: true });
 
 /** The completion as the worker sent it before migration 0009: the DELETE joined to the ids. */
 const naiveCompletion = (schema: string) => `
