@@ -2,24 +2,33 @@
 // unlimited queue, in the same server (interleaved rounds): the worker with defaults (concurrency 8, one
 // process, in this process) burns down 50,000 no-op jobs, either over 1,000 serial groups or ungrouped;
 // pg_stat_statements (preloaded, nested statements tracked so a function's inner statements show) gives
-// each statement's calls, execution time and buffers per job; the whole run's wall time per job too.
-// PGTXKIT_SERIAL_BASE=<another build's dist folder>: the serial groups run on that build too, in the same
-// rounds (the unlimited queue on this build).
+// each statement's calls, execution time and buffers per job; the whole run's wall time and the server's
+// CPU (from /proc) per job too. PGTXKIT_SERIAL_WORKERS=2: two workers, each on its own pool (as two worker
+// processes would be; in this process).
+// PGTXKIT_SERIAL_BASE=<other builds' dist folders, comma-separated>: the serial groups run on those builds
+// too, in the same rounds (the unlimited queue on this build).
 // Run: npm run build && node bench/queue/serial-statements.mjs  (PGTXKIT_SERIAL_ROUNDS, PGTXKIT_SERIAL_JOBS)
 import { loadavg } from 'node:os';
 import pg from 'pg';
 import { z } from 'zod';
 import * as current from '../../dist/index.js';
 import { createTestDatabase, startPostgres } from '../../dist/testing/index.js';
+import { serverCpuReader } from './server-cpu.mjs';
 
 const ROUNDS = Number(process.env.PGTXKIT_SERIAL_ROUNDS ?? 2);
 const JOBS = Number(process.env.PGTXKIT_SERIAL_JOBS ?? 50_000);
 const GROUPS = 1000;
-const BASE = process.env.PGTXKIT_SERIAL_BASE;
-const base = BASE === undefined ? undefined : await import(`${BASE}/index.js`);
+const WORKERS = Number(process.env.PGTXKIT_SERIAL_WORKERS ?? 1);
+const BASES = (process.env.PGTXKIT_SERIAL_BASE ?? '').split(',').filter((b) => b !== '');
 const CONTENDERS = [
   { name: 'unlimited', grouped: false, lib: current },
-  ...(base === undefined ? [] : [{ name: 'serial groups, base build', grouped: true, lib: base }]),
+  ...(await Promise.all(
+    BASES.map(async (b) => ({
+      name: `serial groups, ${b}`,
+      grouped: true,
+      lib: await import(`${b}/index.js`),
+    })),
+  )),
   { name: 'serial groups', grouped: true, lib: current },
 ];
 const server = await startPostgres({
@@ -29,6 +38,7 @@ const db = await createTestDatabase(server.url, { prefix: 'serialstat' });
 const admin = new pg.Pool({ connectionString: db.url, max: 2 });
 await admin.query('CREATE EXTENSION IF NOT EXISTS pg_stat_statements');
 const load0 = loadavg()[0];
+const serverCpu = await serverCpuReader(admin);
 
 async function burnDown({ grouped, lib: { Queue, TxManager } }) {
   await admin.query('DROP SCHEMA IF EXISTS bench_txkit CASCADE');
@@ -51,19 +61,34 @@ async function burnDown({ grouped, lib: { Queue, TxManager } }) {
   let ran = 0;
   let finish;
   const all = new Promise((r) => (finish = r));
+  const cpu0 = serverCpu();
   const t0 = performance.now();
-  const worker = queue.work(
-    {
-      noop: () => {
-        if (++ran === JOBS) finish();
-      },
+  // Each worker on its own pool and Queue, as separate worker processes would be (in this process).
+  const extra = Array.from({ length: WORKERS - 1 }, () => {
+    const p = new pg.Pool({ connectionString: db.url });
+    return {
+      pool: p,
+      queue: new Queue({
+        pool: p,
+        txManager: new TxManager(p),
+        schema: 'bench_txkit',
+        tasks: { noop: z.object({}) },
+        ...(grouped ? { groups: { default: { concurrency: 1 } } } : {}),
+      }),
+    };
+  });
+  const handlers = {
+    noop: () => {
+      if (++ran === JOBS) finish();
     },
-    { concurrency: 8 },
-  );
+  };
+  const workers = [queue, ...extra.map((e) => e.queue)].map((q) => q.work(handlers, { concurrency: 8 }));
   await all;
   const ms = performance.now() - t0;
-  await worker.stop();
+  const cpuUs = serverCpu() - cpu0;
+  await Promise.all(workers.map((w) => w.stop()));
   await pool.end();
+  await Promise.all(extra.map((e) => e.pool.end()));
   const r = await admin.query(
     `SELECT toplevel, regexp_replace(query, '\\s+', ' ', 'g') AS query, calls, total_exec_time AS ms, rows,
             shared_blks_hit + shared_blks_read AS blks
@@ -77,15 +102,16 @@ async function burnDown({ grouped, lib: { Queue, TxManager } }) {
       WHERE toplevel AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
         AND query NOT LIKE '%pg_stat_statements%'`,
   );
-  return { ms, rows: r.rows, topMs: Number(sum.rows[0].ms) };
+  return { ms, cpuUs, rows: r.rows, topMs: Number(sum.rows[0].ms) };
 }
 
 try {
   for (let round = 0; round < ROUNDS; round++) {
     for (const c of round % 2 === 0 ? CONTENDERS : [...CONTENDERS].reverse()) {
-      const { ms, rows, topMs } = await burnDown(c);
+      const { ms, cpuUs, rows, topMs } = await burnDown(c);
       console.log(
         `\nround ${round + 1} ${c.name}: ${((JOBS / ms) * 1000).toFixed(0)} jobs/s, ` +
+          `server CPU ${(cpuUs / JOBS).toFixed(1)} µs/job, ` +
           `top-level statements' execution ${((topMs * 1000) / JOBS).toFixed(1)} µs/job (T: top level, n: nested)`,
       );
       for (const s of rows)
