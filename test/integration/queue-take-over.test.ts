@@ -122,6 +122,23 @@ describe('completeAndTakeNext on a queue with concurrency limits', () => {
     expect(ns((await q.claim({ batch: 2 }))._unsafeUnwrap())).toEqual([3, 2]);
   });
 
+  it("checks each job's own priority: of two freed groups, the one whose next job has a worse priority than a ready job gets its slot back", async () => {
+    const { q, schema } = await queueOn(serial);
+    (await q.enqueue(pool, 'work', { n: 1 }, { group: 'x' }))._unsafeUnwrap();
+    (await q.enqueue(pool, 'work', { n: 2 }, { group: 'y' }))._unsafeUnwrap();
+    const claimed = (await q.claim({ batch: 2 }))._unsafeUnwrap();
+    expect(ns(claimed)).toEqual([1, 2]);
+    (await q.enqueue(pool, 'work', { n: 3 }, { group: 'x' }))._unsafeUnwrap();
+    (await q.enqueue(pool, 'work', { n: 4 }, { group: 'y', priority: 1 }))._unsafeUnwrap();
+    const r = (await takeNext(q, claimed))._unsafeUnwrap();
+    // n=3 (priority 0) is the best ready job: taken over. n=4 (priority 1) is beaten by n=3, which was
+    // ready when the completion began: not taken, and not left locked or leased.
+    expect(ns(r.next)).toEqual([3]);
+    expect(await group(schema, 'x')).toMatchObject({ running: 1, actual: 1 });
+    expect(await group(schema, 'y')).toMatchObject({ running: 0, actual: 0 });
+    expect(ns((await q.claim())._unsafeUnwrap())).toEqual([4]);
+  });
+
   it('takes at most `max` in all (the room a worker has); the slots not taken over go back', async () => {
     const { q, schema } = await queueOn(serial);
     const keys = ['a', 'b', 'a', 'b'];

@@ -146,8 +146,8 @@ export function queueStatements(
     // slots are given back until the count is within it again); a count is only ever raised by a claim,
     // under the group's row lock, within its limit.
     // Fairness: a job is taken over only when no ready job of the worker's tasks has a better priority
-    // (the head of the claim order, one index probe); otherwise the slot goes back and the claims
-    // choose in claim order.
+    // (one index probe per distinct priority of the jobs found, for a ready job below it: migration
+    // 0013); otherwise the slot goes back and the claims choose in claim order.
     // Locks: FOR UPDATE (DELETE) on the completed jobs, fenced as in complete; FOR UPDATE SKIP LOCKED on
     // the jobs taken over (re-checked on their newest version: still pending and ready; one locked by a
     // claim or another settle is skipped, never waited for); the group steps of complete for the slots
