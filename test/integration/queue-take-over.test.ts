@@ -205,6 +205,34 @@ describe('completeAndTakeNext on a queue with concurrency limits', () => {
     expect(await group(schema, 'g')).toMatchObject({ running: 0, actual: 0 });
   });
 
+  it("checks a group with a declaration of its own against it, and against the default's when it has none", async () => {
+    const { q, schema, again } = await queueOn({ default: { concurrency: 1 }, vip: { concurrency: 2 } });
+    const payloads = [1, 2, 3, 4, 5].map((n) => ({ n }));
+    (await q.enqueueMany(pool, 'work', payloads, { group: 'vip' }))._unsafeUnwrap();
+    const [a, b] = (await q.claim({ batch: 5 }))._unsafeUnwrap();
+    expect(ns([a, b].filter((j) => j !== undefined))).toEqual([1, 2]);
+    const kept = (await takeNext(q, a ? [a] : []))._unsafeUnwrap();
+    expect(ns(kept.next)).toEqual([3]);
+    expect(await group(schema, 'vip')).toMatchObject({ running: 2, actual: 2 });
+    // A declaration without vip's own limit: the default's 1 with two running, the slot goes back.
+    const lowered = (await takeNext(again({ default: { concurrency: 1 } }), b ? [b] : []))._unsafeUnwrap();
+    expect(lowered.next).toEqual([]);
+    expect(await group(schema, 'vip')).toMatchObject({ running: 1, actual: 1 });
+  });
+
+  it("passes over the group's jobs not due yet, even ahead in its claim order, to its next ready one", async () => {
+    const { q, schema } = await queueOn(serial);
+    (await q.enqueue(pool, 'work', { n: 1 }, { group: 'g' }))._unsafeUnwrap();
+    const claimed = (await q.claim())._unsafeUnwrap();
+    const later = new Date(Date.now() + 3_600_000);
+    for (const n of [2, 3])
+      (await q.enqueue(pool, 'work', { n }, { group: 'g', priority: -1, runAt: later }))._unsafeUnwrap();
+    (await q.enqueue(pool, 'work', { n: 4 }, { group: 'g' }))._unsafeUnwrap();
+    const r = (await takeNext(q, claimed))._unsafeUnwrap();
+    expect(ns(r.next)).toEqual([4]);
+    expect(await group(schema, 'g')).toMatchObject({ running: 1, actual: 1 });
+  });
+
   it('after a limit was lowered, gives slots back until the group is within it; the declaration that allows more keeps taking over (control)', async () => {
     const { q: two, schema, again } = await queueOn({ default: { concurrency: 2 } });
     const one = again(serial);

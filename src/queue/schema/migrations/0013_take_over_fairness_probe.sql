@@ -9,7 +9,7 @@
 --
 -- Why: the completion that takes over a group's next jobs (every job of a serial group after its first,
 -- in a burn-down) had two costs that grew with the jobs claimed before it, and had nothing to do with
--- groups:
+-- groups, and a third that most queues need not pay:
 -- - The fairness check (a job is taken over only when no ready job of the same tasks has a better
 --   priority) read the head of the claim order: the first ready job of jobs_claimable, in order. Every job
 --   claimed since the table was last vacuumed leaves its entry at the front of that index (marked dead by
@@ -27,14 +27,18 @@
 --   buffers per job in a burn-down); complete_jobs (migration 0009), which the plain completion calls,
 --   reads it in one ordered scan (2 per job, whatever the statistics). Same lock (FOR UPDATE, the row lock
 --   of DELETE), same fence (id + lease token + state running).
+-- - Its check of the freed groups' counts against their declared concurrency read the declaration
+--   from the limits (jsonb) for every group, though most queues declare only a default: it is read once
+--   now, unless some group has a declaration of its own.
 -- Measured: one take-over while a snapshot holds the horizon back (test/integration/
 -- queue-take-over-reads.test.ts, the call's shared buffers) reads 17 with 200 claimed jobs' entries in
 -- front of its group's jobs and 22 with 5,000; 0010's body 22 and 167 (PostgreSQL 18 and 14). Without a
--- held snapshot the server's CPU is the same: one connection, the two bodies interleaved on one table of
--- 1,200 serial groups (bench/queue/take-over-variants.mjs, three runs) 26.5, 26.8, 30.5 µs per job
--- against 25.7, 27.4, 30.5 for 0010's; a burn-down of 50,000 jobs over 1,000 serial groups with two
--- workers (bench/queue/serial-statements.mjs, four interleaved rounds) 27.6–29.2 against 26.8–30.2, and
--- 19.0–19.3 shared buffers per job in the completion against 21.5–21.9.
+-- held snapshot: one connection, the two bodies interleaved on one table of 1,200 serial groups
+-- (bench/queue/take-over-variants.mjs, three runs) 25.2, 22.8, 22.8 µs of the backend's CPU per job
+-- against 25.4, 24.6, 23.9 for 0010's, each call 0.95–0.97 of the time; in a burn-down of 50,000 jobs over
+-- 1,000 serial groups with two workers (bench/queue/serial-statements.mjs, four interleaved rounds) the
+-- server's CPU per job is the same as with 0012 (26.6–28.4 µs against 26.4–27.4), with 19.1–19.4 shared
+-- buffers per job in the completion against 21.7–21.9.
 -- Each step says which lock it takes.
 -- CREATE OR REPLACE FUNCTION takes no lock on the tables; a completion running meanwhile finishes on the
 -- old body, the next one uses the new.
@@ -54,6 +58,8 @@ DECLARE
   done_ids text[];
   freed_keys text[];
   freed_k integer[];
+  group_limits boolean;
+  default_limit integer;
 BEGIN
   -- Lock: FOR UPDATE (row lock of DELETE) on each job still running under its lease token, through
   -- complete_jobs (migration 0009: one ordered scan of the primary key for the ids). Fenced by id +
@@ -72,6 +78,11 @@ BEGIN
     INTO done_ids, freed_keys, freed_k
     FROM (SELECT array_agg(group_key ORDER BY group_key) AS keys, array_agg(k ORDER BY group_key) AS ks FROM f) fa;
 
+  -- The declared concurrency: the default's, unless some group has a declaration of its own (then each
+  -- group's is looked up in 'within', row by row).
+  group_limits := coalesce(limits->'groups', '{}'::jsonb) <> '{}'::jsonb;
+  default_limit := coalesce((limits->'default'->>'concurrency')::int, 2147483647);
+
   -- A new snapshot: the jobs other completions took over meanwhile are seen as taken, not tried.
   RETURN QUERY
   WITH budget AS MATERIALIZED (
@@ -86,8 +97,10 @@ BEGIN
     -- (see successors). One scan of job_groups' primary key for all of them (the array is sorted).
     SELECT g.key FROM {{schema}}.job_groups g
      WHERE g.key = ANY(freed_keys)
-       AND g.running <= coalesce((coalesce(limits->'groups'->g.key, limits->'default')->>'concurrency')::int,
-                                 2147483647)
+       AND g.running <= CASE WHEN group_limits
+                             THEN coalesce((coalesce(limits->'groups'->g.key, limits->'default')->>'concurrency')::int,
+                                           2147483647)
+                             ELSE default_limit END
   ),
   successors AS MATERIALIZED (
     -- For each group that had k jobs completed, its next 'take' ready jobs of 'tasks' in claim order,
