@@ -1,7 +1,9 @@
-// The claim benchmarks' one measuring loop: claims on one connection until the queue is empty, deleting
+// The claim benchmarks' one measuring loop and their one report: claims on one connection until the queue is empty, deleting
 // each batch, and counts the backend's CPU (from /proc) of the claim statements only.
+import { loadavg } from 'node:os';
 import { jobsFromClaim, RAW_TEXT } from '../../dist/queue/job.js';
 import { backendCpuUs } from './server-cpu.mjs';
+import { span } from './stats.mjs';
 
 /**
  * The backend CPU µs per claim statement of `query` ({ text, values }) on a new connection of `pool`,
@@ -36,3 +38,20 @@ export async function cpuPerClaim(pool, query, { ids = aggregatedIds, afterBatch
 
 /** The ids of the worker's row of aggregates (claimed-aggregates.ts). */
 const aggregatedIds = (rows) => jobsFromClaim(rows[0]).map((j) => j.id);
+
+/**
+ * Prints `results` (name → each round's µs per claim) as a markdown table whose first row is `header`
+ * (its last cell the figure's), then what the rounds ran on: `jobs` per round, `rounds`, the load average
+ * from `load0` to now.
+ *
+ * @example
+ * printClaimTable(['claim of 8 jobs', 'backend CPU µs per claim: median (min–max)'], results, { jobs, rounds, load0 });
+ */
+export function printClaimTable(header, results, { jobs, rounds, load0 }) {
+  console.log(`| ${header.join(' | ')} |`);
+  console.log(`|${header.map((_, i) => (i === header.length - 1 ? '---:' : '---')).join('|')}|`);
+  for (const [name, xs] of results) console.log(`| ${name} | ${span(xs, 0)} |`);
+  console.log(
+    `\n${jobs} jobs per round, one connection, ${rounds} interleaved rounds; load average ${load0.toFixed(2)} → ${loadavg()[0].toFixed(2)}`,
+  );
+}

@@ -15,9 +15,8 @@ import pg from 'pg';
 import { QUEUE_MIGRATIONS } from '../../dist/queue/schema/queue-migrations.generated.js';
 import { claimedAggregates } from '../../dist/queue/store/claimed-aggregates.js';
 import { createTestDatabase, startPostgres } from '../../dist/testing/index.js';
-import { cpuPerClaim } from './claim-cpu.mjs';
+import { cpuPerClaim, printClaimTable } from './claim-cpu.mjs';
 import { filledQueue } from './filled-queue.mjs';
-import { span } from './stats.mjs';
 
 const ROUNDS = Number(process.env.PGTXKIT_LCLAIMV_ROUNDS ?? 5);
 const BATCH = Number(process.env.PGTXKIT_LCLAIMV_BATCH ?? 8);
@@ -75,13 +74,10 @@ for (let r = 0; r < ROUNDS; r++) {
     }
   process.stderr.write(`round ${r + 1}/${ROUNDS}\n`);
 }
-console.log(
-  `| limits | claim of ${BATCH} jobs over 50 groups | backend CPU µs per claim: median (min–max) |`,
-);
-console.log('|---|---|---:|');
-for (const [name, xs] of results) console.log(`| ${name} | ${span(xs, 0)} |`);
-console.log(
-  `\n${JOBS} jobs per round, one connection, ${ROUNDS} interleaved rounds; load average ${load0.toFixed(2)} → ${loadavg()[0].toFixed(2)}`,
+printClaimTable(
+  ['limits', `claim of ${BATCH} jobs over 50 groups`, 'backend CPU µs per claim: median (min–max)'],
+  results,
+  { jobs: JOBS, rounds: ROUNDS, load0 },
 );
 await pool.end();
 await db.drop();

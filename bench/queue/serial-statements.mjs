@@ -42,14 +42,19 @@ const serverCpu = await serverCpuReader(admin);
 
 async function burnDown({ grouped, lib: { Queue, TxManager } }) {
   await admin.query('DROP SCHEMA IF EXISTS bench_txkit CASCADE');
-  const pool = new pg.Pool({ connectionString: db.url });
-  const queue = new Queue({
-    pool,
-    txManager: new TxManager(pool),
-    schema: 'bench_txkit',
-    tasks: { noop: z.object({}) },
-    ...(grouped ? { groups: { default: { concurrency: 1 } } } : {}),
+  // Each worker on its own pool and Queue, as separate worker processes would be (in this process).
+  const sides = Array.from({ length: WORKERS }, () => {
+    const pool = new pg.Pool({ connectionString: db.url });
+    const queue = new Queue({
+      pool,
+      txManager: new TxManager(pool),
+      schema: 'bench_txkit',
+      tasks: { noop: z.object({}) },
+      ...(grouped ? { groups: { default: { concurrency: 1 } } } : {}),
+    });
+    return { pool, queue };
   });
+  const [{ pool, queue }] = sides;
   (await queue.migrate())._unsafeUnwrap();
   for (let done = 0; done < JOBS; done += 10_000) {
     const chunk = Array.from({ length: Math.min(10_000, JOBS - done) }, () => ({}));
@@ -61,34 +66,19 @@ async function burnDown({ grouped, lib: { Queue, TxManager } }) {
   let ran = 0;
   let finish;
   const all = new Promise((r) => (finish = r));
-  const cpu0 = serverCpu();
-  const t0 = performance.now();
-  // Each worker on its own pool and Queue, as separate worker processes would be (in this process).
-  const extra = Array.from({ length: WORKERS - 1 }, () => {
-    const p = new pg.Pool({ connectionString: db.url });
-    return {
-      pool: p,
-      queue: new Queue({
-        pool: p,
-        txManager: new TxManager(p),
-        schema: 'bench_txkit',
-        tasks: { noop: z.object({}) },
-        ...(grouped ? { groups: { default: { concurrency: 1 } } } : {}),
-      }),
-    };
-  });
   const handlers = {
     noop: () => {
       if (++ran === JOBS) finish();
     },
   };
-  const workers = [queue, ...extra.map((e) => e.queue)].map((q) => q.work(handlers, { concurrency: 8 }));
+  const cpu0 = serverCpu();
+  const t0 = performance.now();
+  const workers = sides.map((w) => w.queue.work(handlers, { concurrency: 8 }));
   await all;
   const ms = performance.now() - t0;
   const cpuUs = serverCpu() - cpu0;
   await Promise.all(workers.map((w) => w.stop()));
-  await pool.end();
-  await Promise.all(extra.map((e) => e.pool.end()));
+  await Promise.all(sides.map((w) => w.pool.end()));
   const r = await admin.query(
     `SELECT toplevel, regexp_replace(query, '\\s+', ' ', 'g') AS query, calls, total_exec_time AS ms, rows,
             shared_blks_hit + shared_blks_read AS blks
