@@ -1,7 +1,7 @@
 // The completion that takes over a serial group's next job (complete_take_next), this version's body
-// against migration 0010's, on ONE table (interleaved calls): schema `q` at the newest version with
-// 1,200 serial groups (concurrency 1) of PER jobs each (VACUUM ANALYZE), one job of every group claimed,
-// the groups split between the two bodies. Each round, each body completes its running jobs and takes
+// against migration 0010's, on ONE table (interleaved calls): schema `q` at the newest version
+// (filled-queue.mjs) with 1,200 serial groups (concurrency 1) of PER jobs each (VACUUM ANALYZE), one job
+// of every group claimed, the groups split between the two bodies. Each round, each body completes its running jobs and takes
 // over their groups' next ones (in turns, the order alternating), until the groups are nearly empty: the
 // entries the jobs taken leave behind in the indexes grow as in a burn-down, for both alike. Reported:
 // the backend's CPU per job of each body (its own connection, from /proc), and the median over the rounds
@@ -9,10 +9,9 @@
 // Run: npm run build && node bench/queue/take-over-variants.mjs   (PER, default 80)
 import { loadavg } from 'node:os';
 import pg from 'pg';
-import { z } from 'zod';
-import { Queue, TxManager } from '../../dist/index.js';
 import { QUEUE_MIGRATIONS } from '../../dist/queue/schema/queue-migrations.generated.js';
 import { createTestDatabase, startPostgres } from '../../dist/testing/index.js';
+import { filledQueue } from './filled-queue.mjs';
 import { backendCpuUs } from './server-cpu.mjs';
 
 const GROUPS = 1200;
@@ -23,30 +22,17 @@ const server = await startPostgres();
 const db = await createTestDatabase(server.url, { prefix: 'takevar' });
 const pool = new pg.Pool({ connectionString: db.url, max: 4 });
 try {
-  const queue = new Queue({
-    pool,
-    txManager: new TxManager(pool),
-    schema: 'q',
-    tasks: { noop: z.object({}) },
-    groups: { default: { concurrency: 1 } },
-  });
-  (await queue.migrate())._unsafeUnwrap();
   // Migration 0010's body, as complete_take_next_0010: its frozen text, renamed.
   const m10 = QUEUE_MIGRATIONS.find((m) => m.version === 10);
   if (m10 === undefined) throw new Error('no migration 0010');
-  await pool.query(
-    m10.sql
+  await filledQueue(pool, {
+    jobs: GROUPS * PER,
+    groups: GROUPS,
+    sql: m10.sql
       .replaceAll('{{schema}}.complete_take_next(', '{{schema}}.complete_take_next_0010(')
       .replaceAll('{{schema}}', '"q"')
-      .replaceAll('{{channel}}', `'${queue.channel}'`),
-  );
-  const jobs = GROUPS * PER;
-  for (let done = 0; done < jobs; done += 10_000) {
-    const chunk = Array.from({ length: Math.min(10_000, jobs - done) }, () => ({}));
-    const groups = chunk.map((_, i) => `g${(done + i) % GROUPS}`);
-    (await queue.enqueueMany(pool, 'noop', chunk, { groups }))._unsafeUnwrap();
-  }
-  await pool.query('VACUUM ANALYZE q.jobs');
+      .replaceAll('{{channel}}', "'q_jobs'"),
+  });
   const claimed = await pool.query(
     `SELECT (x.job).id::text AS id, (x.job).lease_token::text AS token
        FROM q.claim_jobs_limited($1::int, 600000, '{noop}', $2::jsonb) x WHERE (x.job).id IS NOT NULL`,
