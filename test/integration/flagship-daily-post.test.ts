@@ -117,7 +117,6 @@ describe('the daily post across three replicas', () => {
     }, 30_000);
 
     // Killed: its connections cut, its pool gone. Its leased publish jobs expire and move to prod-new.
-    const hungCalls = hang.arrivals('mid-publish');
     await monitor.query(
       "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'prod-old'",
     );
@@ -132,6 +131,9 @@ describe('the daily post across three replicas', () => {
     await Promise.all([fresh.worker.stop(), laptop.worker.stop()]);
     hang.open('mid-publish'); // the killed replica's handlers end (their writes fail: its pool is gone)
     await old.worker.stop();
+    // Counted now, not when it was killed: a handler of the old replica that was already running then
+    // still called its channel (the channel's log has a connection of its own) and hung after it.
+    const hungCalls = hang.arrivals('mid-publish');
 
     // Exactly one post per day.
     const perDay = await rows<{ day: string; n: number }>(
